@@ -1,0 +1,92 @@
+"""`triton-sam bench predictor`: our local engine next to the official `SAM2ImagePredictor`.
+
+Both get the same random-init weights, image and prompts; calls alternate so that machine noise
+hits both alike.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelFileError, ModelNotFoundError
+from ..predictor import Predictor
+from ..registry import get_model
+from ..repository import locate, read_metadata
+from . import summarize
+
+
+def _ensure_export(model_id: str, seed: int, repository: Path) -> None:
+    """Export random-init weights from `seed` unless that exact export is already there."""
+    spec = get_model(model_id)
+    try:
+        exported = locate(spec, repository)
+        if all(read_metadata(path.parent.parent).get("seed") == seed for path in (exported.encoder, exported.decoder)):
+            return
+    except (ModelNotFoundError, ModelFileError):
+        pass
+    from ..export import export_model
+
+    export_model(spec, repository, seed=seed, progress=lambda message: print(message, file=sys.stderr))
+
+
+def bench_image(shape: tuple[int, int]) -> np.ndarray:
+    """A natural RGB image (skimage's astronaut) stretched to `shape`."""
+    from PIL import Image
+    from skimage import data
+
+    return np.asarray(Image.fromarray(data.astronaut()).resize((shape[1], shape[0]), Image.BILINEAR))
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run(
+    model_id: str = "sam2.1_hiera_tiny",
+    encodes: int = 3,
+    decodes: int = 30,
+    shape: tuple[int, int] = (977, 1531),
+    seed: int = 0,
+    workdir: Path = Path(".bench"),
+) -> dict:
+    """Time encode and one-point multimask decode for both implementations."""
+    import torch
+    from sam2.sam2_image_predictor import SAM2ImagePredictor
+
+    from ..export.sam2_onnx import build_model
+
+    repository = Path(workdir) / "model_repository"
+    _ensure_export(model_id, seed, repository)
+    reference = SAM2ImagePredictor(build_model(get_model(model_id), seed=seed))
+    ours = Predictor(model_id, model_repository=repository)
+    image = bench_image(shape)
+    point = dict(point_coords=np.array([[shape[1] * 0.4, shape[0] * 0.45]]), point_labels=np.array([1]))
+
+    times: dict[str, list[float]] = {"ref_encode": [], "ours_encode": [], "ref_decode": [], "ours_decode": []}
+    with torch.inference_mode():
+        reference.set_image(image)  # warm-up, not timed
+        ours.set_image(image)
+        for _ in range(encodes):
+            times["ref_encode"].append(_timed(lambda: reference.set_image(image)))
+            times["ours_encode"].append(_timed(lambda: ours.set_image(image)))
+        for _ in range(decodes):
+            times["ref_decode"].append(_timed(lambda: reference.predict(**point)))
+            times["ours_decode"].append(_timed(lambda: ours.predict(**point)))
+
+    stats = {key: summarize(values) for key, values in times.items()}
+    return {
+        "benchmark": "predictor",
+        "model": model_id,
+        "image_shape": list(shape),
+        "engine": ours.engine.describe(),
+        "torch_threads": torch.get_num_threads(),
+        **stats,
+        "encode_ratio": stats["ours_encode"]["median_ms"] / stats["ref_encode"]["median_ms"],
+        "decode_ratio": stats["ours_decode"]["median_ms"] / stats["ref_decode"]["median_ms"],
+    }

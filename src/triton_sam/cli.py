@@ -1,0 +1,142 @@
+"""The `triton-sam` command: a thin shell over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import TritonSamError
+from .registry import DEFAULT_MODEL, MODELS, get_model
+from .repository import default_model_repository, exported_models
+
+
+def _progress_bar(description: str):
+    from tqdm import tqdm
+
+    bar = tqdm(desc=description, unit="B", unit_scale=True, unit_divisor=1024)
+
+    def update(done: int, total: int | None) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update
+
+
+def _download(args) -> Path:
+    from .download import download_checkpoint
+
+    spec = get_model(args.model)
+    bar, update = _progress_bar(spec.checkpoint_filename)
+    with bar:
+        path = download_checkpoint(spec, args.dir, url=args.url, progress=update)
+    print(f"Checkpoint verified: {path}")
+    return path
+
+
+def _export(args, checkpoint: Path | None = None) -> None:
+    try:
+        from .export import export_model
+        import torch  # noqa: F401
+    except ImportError as error:
+        raise TritonSamError(
+            f"Export needs PyTorch and sam2 ({error}). Install them with: pip install 'triton-sam[export]' "
+            "(see README: sam2 is built with --no-build-isolation)."
+        ) from error
+    checkpoint = checkpoint or args.checkpoint
+    seed = None if checkpoint else args.seed
+    paths = export_model(get_model(args.model), args.output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt)
+    for path in paths:
+        print(f"Wrote {path}")
+
+
+def _cmd_models(args) -> None:
+    exported = set(exported_models(args.model_repository))
+    for model_id in MODELS:
+        state = "exported" if model_id in exported else "not exported"
+        print(f"{model_id:28s} {state}")
+
+
+def _cmd_setup(args) -> None:
+    _export(args, checkpoint=_download(args))
+
+
+def _cmd_bench(args) -> None:
+    from .bench import predictor
+
+    result = predictor.run(args.model, encodes=args.encodes, decodes=args.decodes, shape=tuple(args.shape))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for key in ("ref_encode", "ours_encode", "ref_decode", "ours_decode"):
+        print(f"{key:12s} median {result[key]['median_ms']:8.1f} ms   p95 {result[key]['p95_ms']:8.1f} ms")
+    print(f"encode ratio (ours/official) {result['encode_ratio']:.2f}, decode ratio {result['decode_ratio']:.2f}")
+
+
+def _add_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", choices=sorted(MODELS), metavar="MODEL", help=f"one of: {', '.join(MODELS)}")
+
+
+def _add_download_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=None, help="where checkpoints are kept (default: user cache)")
+    parser.add_argument("--url", default=None, help="download from this mirror instead of the official URL")
+
+
+def _add_export_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", type=Path, default=default_model_repository(), help="Triton model repository")
+    parser.add_argument("--tensorrt", action="store_true", help="add the TensorRT FP16 accelerator to config.pbtxt")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="triton-sam", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    models = commands.add_parser("models", help="list known models and whether they are exported")
+    models.add_argument("--model-repository", type=Path, default=default_model_repository())
+    models.set_defaults(func=_cmd_models)
+
+    download = commands.add_parser("download", help="download and verify an official checkpoint")
+    _add_model(download)
+    _add_download_options(download)
+    download.set_defaults(func=_download)
+
+    export = commands.add_parser("export", help="export a model to ONNX into a Triton model repository")
+    _add_model(export)
+    weights = export.add_mutually_exclusive_group(required=True)
+    weights.add_argument("--checkpoint", type=Path, help="official-format checkpoint ({'model': state_dict})")
+    weights.add_argument("--random-init", action="store_true", help="random weights (tests and benchmarks only)")
+    export.add_argument("--seed", type=int, default=0, help="seed for --random-init")
+    _add_export_options(export)
+    export.set_defaults(func=_export)
+
+    setup = commands.add_parser("setup", help="download the checkpoint and export it (the one command to run)")
+    _add_model(setup)
+    _add_download_options(setup)
+    _add_export_options(setup)
+    setup.set_defaults(func=_cmd_setup)
+
+    bench = commands.add_parser("bench", help="benchmarks, side by side with the reference")
+    kinds = bench.add_subparsers(dest="kind", required=True)
+    bench_predictor = kinds.add_parser("predictor", help="local engine vs official SAM2ImagePredictor")
+    bench_predictor.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_predictor.add_argument("--encodes", type=int, default=3)
+    bench_predictor.add_argument("--decodes", type=int, default=30)
+    bench_predictor.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    bench_predictor.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    bench_predictor.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except TritonSamError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The tensor contract shared by exported models, engines, Triton configs and clients.
+
+Bump `CONTRACT_VERSION` whenever a name, dtype or layout below changes: clients refuse models
+exported under another version instead of producing wrong masks.
+"""
+
+from __future__ import annotations
+
+CONTRACT_VERSION = 1
+
+# Encoder: one resized RGB image, uint8 HWC (3 MiB per 1024x1024 image, 4x less than float32).
+ENCODER_INPUT = "image"
+
+# Decoder inputs besides the feature maps named in `ModelSpec.feature_shapes`.
+POINT_COORDS = "point_coords"  # float32 [B, P, 2], (x, y) in model input pixels
+POINT_LABELS = "point_labels"  # int32 [B, P]: 1 positive, 0 negative, 2/3 box corners
+MASK_INPUT = "mask_input"  # float32 [B, 1, 256, 256], low-res logits of a previous round
+HAS_MASK_INPUT = "has_mask_input"  # float32 [B, 1], 1.0 when mask_input is used
+
+# Decoder outputs.
+MULTI_MASKS = "masks"  # float32 [B, 3, 256, 256] multimask logits
+MULTI_SCORES = "iou_predictions"  # float32 [B, 3]
+SINGLE_MASK = "single_mask"  # float32 [B, 1, 256, 256], chosen as the official model does
+SINGLE_SCORE = "single_iou"  # float32 [B, 1]
+OBJECT_SCORE = "object_score_logits"  # float32 [B, 1]
+
+PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
+DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
+
+# Point labels understood by the decoder.
+LABEL_NEGATIVE = 0
+LABEL_POSITIVE = 1
+LABEL_BOX_TOP_LEFT = 2
+LABEL_BOX_BOTTOM_RIGHT = 3
+
+METADATA_FILE = "triton_sam.json"

@@ -1,0 +1,90 @@
+"""The interface every engine (local ONNX Runtime, Triton) implements, and the values it passes."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..prompts import DecodeRequest
+from ..registry import ModelSpec
+
+
+@dataclass(frozen=True)
+class ImageFeatures:
+    """Encoder output for one image, as arrays held by the client."""
+
+    arrays: dict[str, np.ndarray]  # name -> [1, C, H, W]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Decoder output for B prompt sets: C masks each (3 with multimask, else 1)."""
+
+    low_res_logits: np.ndarray  # float32 [B, C, 256, 256]
+    scores: np.ndarray  # float32 [B, C], predicted IoU
+    object_score_logits: np.ndarray  # float32 [B, 1]
+
+
+class CancelToken:
+    """Cancels one piece of work; engines register how to stop it (terminate flag, gRPC cancel)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._callbacks: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on cancellation (at once if already cancelled)."""
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
+class Engine(ABC):
+    """Runs one model's encoder and decoder; callers never see where or how."""
+
+    spec: ModelSpec
+
+    @abstractmethod
+    def encode(self, image: np.ndarray) -> ImageFeatures:
+        """Encode one preprocessed image (input_size x input_size x 3, uint8)."""
+
+    @abstractmethod
+    def decode(
+        self,
+        features: ImageFeatures,
+        request: DecodeRequest,
+        multimask_output: bool = True,
+        cancel: CancelToken | None = None,
+    ) -> DecodeResult:
+        """Decode prompts against features from `encode`; raises DecodeCancelled if cancelled."""
+
+    def describe(self) -> str:
+        """One line for status displays: where this engine runs."""
+        return type(self).__name__
+
+    def close(self) -> None:
+        """Release sessions and connections."""

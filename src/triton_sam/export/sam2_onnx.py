@@ -1,0 +1,159 @@
+"""Export SAM2.1 to ONNX so that our pipeline reproduces `SAM2ImagePredictor` exactly.
+
+The encoder keeps everything the official `set_image` does after resizing: scaling to 0..1,
+mean/std normalisation, `no_mem_embed`, and the `conv_s0`/`conv_s1` high-resolution features.
+The decoder reproduces `SAM2ImagePredictor._predict`: the prompt encoder (with its padding point),
+the mask decoder with high-resolution features, and the official single-mask choice.
+Needs the `export` extra (torch, sam2).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .. import contract
+from ..errors import CheckpointError
+from ..registry import ModelSpec
+
+OPSET = 17
+_MEAN = (0.485, 0.456, 0.406)
+_STD = (0.229, 0.224, 0.225)
+
+
+def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | None = None) -> nn.Module:
+    """The official SAM2 model of `spec`: random weights (seeded) or a checkpoint's weights."""
+    from sam2.build_sam import build_sam2
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = build_sam2(spec.config, ckpt_path=None, device="cpu", mode="eval")
+    if checkpoint is not None:
+        load_checkpoint(model, spec, checkpoint)
+    return model
+
+
+def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None:
+    """Load an official-format checkpoint (`{"model": state_dict}`), refusing mismatched ones."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(f"Cannot read checkpoint {checkpoint}: {error}") from error
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise CheckpointError(f"{checkpoint} is not an official SAM2 checkpoint (expected a dict with a 'model' state dict).")
+    own = model.state_dict()
+    weights = state["model"]
+    problems = {
+        "missing": [k for k in own if k not in weights],
+        "unexpected": [k for k in weights if k not in own],
+        "wrong shape": [k for k, v in weights.items() if k in own and tuple(own[k].shape) != tuple(v.shape)],
+    }
+    if any(problems.values()):
+        details = "; ".join(
+            f"{label}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}" for label, keys in problems.items() if keys
+        )
+        raise CheckpointError(f"Checkpoint {checkpoint} does not match {spec.model_id} ({details}). Is it another model size?")
+    model.load_state_dict(weights, strict=True)
+
+
+class Encoder(nn.Module):
+    """uint8 HWC image batch -> image_embed, high_res_feats_0, high_res_feats_1."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("mean", torch.tensor(_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(_STD).view(1, 3, 1, 1))
+        self.feature_sizes = [(256, 256), (128, 128), (64, 64)]
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = image.permute(0, 3, 1, 2).float() / 255.0
+        x = (x - self.mean) / self.std
+        backbone_out = self.model.forward_image(x)
+        _, vision_feats, _, _ = self.model._prepare_backbone_features(backbone_out)
+        if self.model.directly_add_no_mem_embed:
+            vision_feats[-1] = vision_feats[-1] + self.model.no_mem_embed
+        batch = image.shape[0]
+        feats = [
+            feat.permute(1, 2, 0).reshape(batch, -1, *size)
+            for feat, size in zip(vision_feats, self.feature_sizes)
+        ]
+        return feats[2], feats[0], feats[1]
+
+
+class Decoder(nn.Module):
+    """Feature maps + prompts (one prompt set per batch item) -> multimask and single-mask logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.prompt_encoder = model.sam_prompt_encoder
+        self.mask_decoder = model.sam_mask_decoder
+
+    def forward(
+        self,
+        image_embed: torch.Tensor,
+        high_res_feats_0: torch.Tensor,
+        high_res_feats_1: torch.Tensor,
+        point_coords: torch.Tensor,
+        point_labels: torch.Tensor,
+        mask_input: torch.Tensor,
+        has_mask_input: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        sparse = self.prompt_encoder._embed_points(point_coords, point_labels, pad=True)
+        has_mask = has_mask_input.reshape(-1, 1, 1, 1)
+        no_mask = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
+        dense = self.prompt_encoder._embed_masks(mask_input) * has_mask + no_mask * (1 - has_mask)
+        masks, iou, _, object_scores = self.mask_decoder.predict_masks(
+            image_embeddings=image_embed,
+            image_pe=self.prompt_encoder.get_dense_pe(),
+            sparse_prompt_embeddings=sparse,
+            dense_prompt_embeddings=dense,
+            repeat_image=False,
+            high_res_features=[high_res_feats_0, high_res_feats_1],
+        )
+        if self.mask_decoder.dynamic_multimask_via_stability:
+            single_mask, single_iou = self.mask_decoder._dynamic_multimask_via_stability(masks, iou)
+        else:
+            single_mask, single_iou = masks[:, 0:1], iou[:, 0:1]
+        return masks[:, 1:], iou[:, 1:], single_mask, single_iou, object_scores
+
+
+def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], dynamic: dict) -> None:
+    with torch.no_grad():
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=dynamic,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+
+
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
+    size = spec.input_size
+    image = torch.zeros(1, size, size, 3, dtype=torch.uint8)
+    names = list(spec.feature_shapes)
+    dynamic = {name: {0: "batch"} for name in [contract.ENCODER_INPUT, *names]}
+    _export(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic)
+
+
+def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
+    low = spec.low_res_size
+    features = tuple(torch.randn(1, *shape) for shape in spec.feature_shapes.values())
+    prompts = (
+        torch.tensor([[[500.0, 400.0], [200.0, 300.0]]]),
+        torch.tensor([[1, 0]], dtype=torch.int32),
+        torch.zeros(1, 1, low, low),
+        torch.zeros(1, 1),
+    )
+    inputs = [*spec.feature_shapes, *contract.PROMPT_INPUTS]
+    dynamic = {name: {0: "batch"} for name in [*inputs, *contract.DECODER_OUTPUTS]}
+    dynamic[contract.POINT_COORDS] = {0: "batch", 1: "points"}
+    dynamic[contract.POINT_LABELS] = {0: "batch", 1: "points"}
+    _export(Decoder(model).eval(), features + prompts, path, inputs, list(contract.DECODER_OUTPUTS), dynamic)

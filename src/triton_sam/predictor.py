@@ -1,0 +1,109 @@
+"""`Predictor`: the `SAM2ImagePredictor` API on top of any triton-sam engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .engines import CancelToken, Engine, ImageFeatures, create_engine
+from .image import ContrastLimits, resize_square, to_rgb_uint8
+from .masks import upsample_logits
+from .prompts import build_request
+from .registry import DEFAULT_MODEL, get_model
+
+LOW_RES_CLAMP = 32.0
+
+
+class Predictor:
+    """Set an image once, then predict masks from point, box and mask prompts.
+
+    Mirrors `sam2.sam2_image_predictor.SAM2ImagePredictor`: coordinates are (x, y) in original
+    image pixels; `predict` returns `(masks, scores, low_res_logits)` with the official shapes.
+    Masks are boolean (float logits with `return_logits=True`).
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        backend: str = "local",
+        model_repository: str | Path | None = None,
+        engine: Engine | None = None,
+        mask_threshold: float = 0.0,
+        **engine_options,
+    ) -> None:
+        self.spec = get_model(model)
+        self.engine = engine or create_engine(self.spec, backend, model_repository, **engine_options)
+        self.mask_threshold = mask_threshold
+        self._features: ImageFeatures | None = None
+        self._orig_hw: tuple[int, int] | None = None
+
+    @property
+    def is_image_set(self) -> bool:
+        return self._features is not None
+
+    @property
+    def original_size(self) -> tuple[int, int] | None:
+        """(H, W) of the image that was set."""
+        return self._orig_hw
+
+    def set_image(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
+        """Encode `image` (HxW or HxWx3/4; uint8 as is, other dtypes scaled from `contrast_limits`)."""
+        rgb = to_rgb_uint8(image, contrast_limits)
+        features = self.engine.encode(resize_square(rgb, self.spec.input_size))
+        self._features, self._orig_hw = features, rgb.shape[:2]
+
+    def set_features(self, features: ImageFeatures, original_size: tuple[int, int]) -> None:
+        """Use features encoded earlier (e.g. from a cache) for the image of `original_size`."""
+        self._features, self._orig_hw = features, tuple(original_size)
+
+    def get_image_embedding(self) -> ImageFeatures:
+        self._require_image()
+        return self._features
+
+    def reset_predictor(self) -> None:
+        self._features, self._orig_hw = None, None
+
+    def predict(
+        self,
+        point_coords: np.ndarray | None = None,
+        point_labels: np.ndarray | None = None,
+        box: np.ndarray | None = None,
+        mask_input: np.ndarray | None = None,
+        multimask_output: bool = True,
+        return_logits: bool = False,
+        normalize_coords: bool = True,
+        cancel: CancelToken | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Masks for the prompts: [C, H, W] for one prompt set, [B, C, H, W] for a batch."""
+        self._require_image()
+        request = build_request(
+            self._orig_hw,
+            self.spec.input_size,
+            point_coords,
+            point_labels,
+            box,
+            mask_input,
+            normalize_coords,
+            self.spec.low_res_size,
+        )
+        result = self.engine.decode(self._features, request, multimask_output, cancel)
+        logits = upsample_logits(result.low_res_logits, self._orig_hw)
+        masks = logits if return_logits else logits > self.mask_threshold
+        low_res = np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
+        if request.batch_size == 1:
+            return masks[0], result.scores[0], low_res[0]
+        return masks, result.scores, low_res
+
+    def _require_image(self) -> None:
+        if self._features is None:
+            raise RuntimeError("An image must be set with .set_image(...) before mask prediction.")
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> Predictor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

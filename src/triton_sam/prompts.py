@@ -1,0 +1,138 @@
+"""Validate user prompts and turn them into the decoder's point/label tensors.
+
+Coordinates are (x, y) in original image pixels. A box becomes two corner points labelled 2 and 3,
+placed before the click points, exactly as the official SAM2 predictor orders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import contract
+from .errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """Prompts in model input space, batched: B prompt sets of P points each."""
+
+    point_coords: np.ndarray  # float32 [B, P, 2]
+    point_labels: np.ndarray  # int32 [B, P]
+    mask_input: np.ndarray | None  # float32 [B, 1, S, S] low-res logits, or None
+
+    @property
+    def batch_size(self) -> int:
+        return self.point_coords.shape[0]
+
+
+def _as_finite(name: str, value, dtype) -> np.ndarray:
+    array = np.asarray(value, dtype=dtype)
+    if not np.isfinite(array).all():
+        raise InvalidInputError(f"{name} contains NaN or infinite values.")
+    return array
+
+
+def _check_inside(name: str, xy: np.ndarray, width: float, height: float) -> None:
+    outside = (xy[..., 0] < 0) | (xy[..., 0] > width) | (xy[..., 1] < 0) | (xy[..., 1] > height)
+    if outside.any():
+        first = xy[outside][0]
+        raise InvalidInputError(
+            f"{name} ({first[0]:g}, {first[1]:g}) lies outside the image "
+            f"(x in 0..{width:g}, y in 0..{height:g}; coordinates are (x, y))."
+        )
+
+
+def _points(point_coords, point_labels) -> tuple[np.ndarray, np.ndarray] | None:
+    if point_coords is None and point_labels is None:
+        return None
+    if point_coords is None or point_labels is None:
+        raise InvalidInputError("point_coords and point_labels must be given together.")
+    coords = _as_finite("point_coords", point_coords, np.float32)
+    labels = np.asarray(point_labels)
+    if coords.ndim == 2:
+        coords, labels = coords[None], labels[None]
+    if coords.ndim != 3 or coords.shape[-1] != 2 or coords.shape[1] == 0:
+        raise InvalidInputError(f"point_coords must have shape Nx2 or BxNx2, got {np.shape(point_coords)}.")
+    if labels.shape != coords.shape[:2]:
+        raise InvalidInputError(
+            f"point_labels shape {np.shape(point_labels)} does not match point_coords shape {np.shape(point_coords)}."
+        )
+    if not np.isin(labels, (contract.LABEL_NEGATIVE, contract.LABEL_POSITIVE)).all():
+        raise InvalidInputError("point_labels must be 1 (positive) or 0 (negative).")
+    return coords, labels.astype(np.int32)
+
+
+def _boxes(box) -> np.ndarray | None:
+    if box is None:
+        return None
+    boxes = _as_finite("box", box, np.float32)
+    if boxes.ndim == 1:
+        boxes = boxes[None]
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise InvalidInputError(f"box must have shape 4 or Bx4 (x0, y0, x1, y1), got {np.shape(box)}.")
+    if (boxes[:, 2] < boxes[:, 0]).any() or (boxes[:, 3] < boxes[:, 1]).any():
+        raise InvalidInputError("box must be (x0, y0, x1, y1) with x0 <= x1 and y0 <= y1.")
+    return boxes.reshape(-1, 2, 2)
+
+
+def _mask_input(mask_input, batch: int, low_res_size: int) -> np.ndarray | None:
+    if mask_input is None:
+        return None
+    masks = _as_finite("mask_input", mask_input, np.float32)
+    if masks.ndim == 3:
+        masks = masks[None]
+    expected = (1, low_res_size, low_res_size)
+    if masks.ndim != 4 or masks.shape[1:] != expected or masks.shape[0] not in (1, batch):
+        raise InvalidInputError(
+            f"mask_input must have shape 1x{low_res_size}x{low_res_size} or Bx1x{low_res_size}x{low_res_size} "
+            f"(low-res logits of a previous prediction), got {np.shape(mask_input)}."
+        )
+    return np.ascontiguousarray(np.broadcast_to(masks, (batch, *expected)))
+
+
+def build_request(
+    image_size: tuple[int, int],
+    input_size: int,
+    point_coords=None,
+    point_labels=None,
+    box=None,
+    mask_input=None,
+    normalize_coords: bool = True,
+    low_res_size: int = 256,
+) -> DecodeRequest:
+    """Validate prompts for an image of `image_size` (H, W) and scale them to the model input."""
+    height, width = image_size
+    points = _points(point_coords, point_labels)
+    boxes = _boxes(box)
+    if points is None and boxes is None:
+        raise InvalidInputError("Give at least one point (point_coords + point_labels) or a box.")
+    extent = (width, height) if normalize_coords else (1.0, 1.0)
+    if points is not None:
+        _check_inside("Point", points[0], *extent)
+    if boxes is not None:
+        _check_inside("Box corner", boxes, *extent)
+
+    coords_parts, label_parts = [], []
+    if boxes is not None:
+        corner_labels = np.array([contract.LABEL_BOX_TOP_LEFT, contract.LABEL_BOX_BOTTOM_RIGHT], np.int32)
+        coords_parts.append(boxes)
+        label_parts.append(np.broadcast_to(corner_labels, boxes.shape[:2]))
+    if points is not None:
+        coords_parts.append(points[0])
+        label_parts.append(points[1])
+    batch_sizes = {part.shape[0] for part in coords_parts}
+    if len(batch_sizes) > 1:
+        raise InvalidInputError(f"Boxes and point sets must come in the same number, got {sorted(batch_sizes)}.")
+
+    coords = np.concatenate(coords_parts, axis=1)
+    scale = np.array([width, height], np.float32) if normalize_coords else np.ones(2, np.float32)
+    coords = (coords / scale) * np.float32(input_size)
+    labels = np.concatenate(label_parts, axis=1).astype(np.int32)
+    batch = coords.shape[0]
+    return DecodeRequest(
+        point_coords=np.ascontiguousarray(coords, dtype=np.float32),
+        point_labels=np.ascontiguousarray(labels),
+        mask_input=_mask_input(mask_input, batch, low_res_size),
+    )

@@ -1,0 +1,92 @@
+"""A Triton model repository on disk: where exported models live and what they are.
+
+Layout: `<repo>/<model_id>_encoder/{config.pbtxt, triton_sam.json, 1/model.onnx}` and the same
+for `_decoder`. `triton_sam.json` records the model id, contract version and weights used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import contract
+from .errors import ModelFileError, ModelNotFoundError
+from .registry import MODELS, ModelSpec
+
+ENV_MODEL_REPOSITORY = "TRITON_SAM_MODEL_REPOSITORY"
+
+
+def default_model_repository() -> Path:
+    """`$TRITON_SAM_MODEL_REPOSITORY`, else `model_repository/` in the working directory."""
+    return Path(os.environ.get(ENV_MODEL_REPOSITORY) or "model_repository")
+
+
+def onnx_path(repository: Path, triton_name: str) -> Path:
+    return Path(repository) / triton_name / "1" / "model.onnx"
+
+
+def write_metadata(model_dir: Path, metadata: dict) -> None:
+    (Path(model_dir) / contract.METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+
+
+def read_metadata(model_dir: Path) -> dict | None:
+    """The metadata of one exported Triton model, or None if there is none or it is unreadable."""
+    try:
+        return json.loads((Path(model_dir) / contract.METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """Encoder and decoder ONNX files of one model, with the metadata written at export."""
+
+    spec: ModelSpec
+    encoder: Path
+    decoder: Path
+    metadata: dict
+
+
+def _setup_hint(spec: ModelSpec, repository: Path) -> str:
+    return (
+        f"Run `triton-sam setup {spec.model_id} --output {repository}` (downloads the checkpoint), "
+        f"or `triton-sam export {spec.model_id} --checkpoint PATH --output {repository}`."
+    )
+
+
+def locate(spec: ModelSpec, repository: Path | None = None) -> ExportedModel:
+    """Find the exported files of `spec`, or explain how to create them."""
+    repository = Path(repository) if repository is not None else default_model_repository()
+    paths = {}
+    metadata = {}
+    for component, name in (("encoder", spec.encoder_name), ("decoder", spec.decoder_name)):
+        path = onnx_path(repository, name)
+        if not path.is_file():
+            raise ModelNotFoundError(
+                f"Model {spec.model_id} is not exported in {repository} (missing {path}). " + _setup_hint(spec, repository)
+            )
+        meta = read_metadata(path.parent.parent)
+        if meta is None or meta.get("model_id") != spec.model_id:
+            raise ModelFileError(f"{path.parent.parent} has no valid triton-sam metadata. " + _setup_hint(spec, repository))
+        if meta.get("contract_version") != contract.CONTRACT_VERSION:
+            raise ModelFileError(
+                f"{path.parent.parent} was exported for contract version {meta.get('contract_version')}, "
+                f"this triton-sam needs {contract.CONTRACT_VERSION}. Export it again. " + _setup_hint(spec, repository)
+            )
+        paths[component] = path
+        metadata[component] = meta
+    return ExportedModel(spec, paths["encoder"], paths["decoder"], metadata["decoder"])
+
+
+def exported_models(repository: Path | None = None) -> list[str]:
+    """Ids of the models fully exported in `repository` under this contract version."""
+    found = []
+    for model_id, spec in MODELS.items():
+        try:
+            locate(spec, repository)
+        except (ModelNotFoundError, ModelFileError):
+            continue
+        found.append(model_id)
+    return found

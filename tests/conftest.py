@@ -1,0 +1,40 @@
+"""Shared fixtures: the synthetic model repository and (for parity tests) a real exported SAM2.1."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from synthetic import write_repository
+from triton_sam.registry import get_model
+
+SYNTHETIC_MODEL = "sam2.1_hiera_tiny"
+PARITY_SEED = 0
+
+
+@pytest.fixture(scope="session")
+def synthetic_repository(tmp_path_factory):
+    """A model repository holding the synthetic model under the tiny model's names."""
+    return write_repository(get_model(SYNTHETIC_MODEL), tmp_path_factory.mktemp("synthetic_repo"))
+
+
+def require_export_extra():
+    """Skip without torch/sam2 on a developer machine; fail in CI, where they must be installed."""
+    if os.environ.get("CI"):
+        import sam2  # noqa: F401
+        import torch  # noqa: F401
+    else:
+        pytest.importorskip("torch")
+        pytest.importorskip("sam2")
+
+
+@pytest.fixture(scope="session")
+def sam2_tiny_repository(tmp_path_factory):
+    """SAM2.1 hiera tiny with seeded random weights, exported through our own export code."""
+    require_export_extra()
+    from triton_sam.export import export_model
+
+    repository = tmp_path_factory.mktemp("sam2_repo")
+    export_model(get_model("sam2.1_hiera_tiny"), repository, seed=PARITY_SEED, progress=lambda _: None)
+    return repository

@@ -1,0 +1,84 @@
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from triton_sam.engines import CancelToken, create_engine
+from triton_sam.engines.local import LocalEngine
+from triton_sam.engines.providers import CPU, cuda_device_count, usable_providers
+from triton_sam.errors import DecodeCancelled, InvalidInputError, ModelFileError
+from triton_sam.prompts import build_request
+from triton_sam.registry import get_model
+from triton_sam.repository import locate
+
+TINY = get_model("sam2.1_hiera_tiny")
+
+
+@pytest.fixture(scope="module")
+def engine(synthetic_repository):
+    return create_engine(TINY, "local", synthetic_repository)
+
+
+def _request(batch: int = 1):
+    return build_request((1024, 1024), 1024, point_coords=np.full((batch, 1, 2), 500.0), point_labels=np.ones((batch, 1)))
+
+
+def test_only_providers_that_can_start_are_chosen():
+    providers = usable_providers()
+    assert providers[-1] == CPU
+    assert set(providers) <= set(ort.get_available_providers())
+    if cuda_device_count() == 0:
+        assert providers == [CPU]
+
+
+def test_engine_runs_on_the_chosen_providers(engine):
+    assert engine.providers[0] == usable_providers()[0]
+    assert "local ONNX Runtime" in engine.describe()
+
+
+def test_encode_returns_every_feature_map(engine):
+    features = engine.encode(np.full((1024, 1024, 3), 255, np.uint8))
+    assert {k: v.shape[1:] for k, v in features.arrays.items()} == TINY.feature_shapes
+    assert features.nbytes == sum(4 * int(np.prod(s)) for s in TINY.feature_shapes.values())
+    np.testing.assert_allclose(features.arrays["image_embed"], 1.0)
+
+
+def test_decode_shapes_for_multimask_single_and_batches(engine):
+    features = engine.encode(np.zeros((1024, 1024, 3), np.uint8))
+    multi = engine.decode(features, _request(), multimask_output=True)
+    assert multi.low_res_logits.shape == (1, 3, 256, 256) and multi.scores.shape == (1, 3)
+    single = engine.decode(features, _request(3), multimask_output=False)
+    assert single.low_res_logits.shape == (3, 1, 256, 256) and single.scores.shape == (3, 1)
+    np.testing.assert_array_equal(single.low_res_logits[0, 0], multi.low_res_logits[0, 1])
+
+
+def test_a_cancelled_decode_raises_and_a_fresh_one_still_works(engine):
+    features = engine.encode(np.zeros((1024, 1024, 3), np.uint8))
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(DecodeCancelled):
+        engine.decode(features, _request(), cancel=token)
+    assert engine.decode(features, _request(), cancel=CancelToken()).scores.shape == (1, 3)
+
+
+def test_cancel_token_runs_callbacks_once_even_when_registered_late():
+    token, calls = CancelToken(), []
+    token.on_cancel(lambda: calls.append("early"))
+    token.cancel()
+    token.cancel()
+    token.on_cancel(lambda: calls.append("late"))
+    assert calls == ["early", "late"] and token.cancelled
+
+
+def test_corrupt_model_file_says_how_to_fix_it(synthetic_repository, tmp_path):
+    import shutil
+
+    broken = tmp_path / "repo"
+    shutil.copytree(synthetic_repository, broken)
+    locate(TINY, broken).decoder.write_bytes(b"not an onnx model")
+    with pytest.raises(ModelFileError, match="export the model again"):
+        LocalEngine(locate(TINY, broken))
+
+
+def test_unknown_backend_is_refused(synthetic_repository):
+    with pytest.raises(InvalidInputError, match="Unknown backend"):
+        create_engine(TINY, "carrier-pigeon", synthetic_repository)

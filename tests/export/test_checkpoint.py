@@ -1,0 +1,87 @@
+"""Export from an official-format checkpoint through the real CLI, and refusal of wrong ones."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import PARITY_SEED, require_export_extra
+from triton_sam.errors import CheckpointError
+from triton_sam.registry import get_model
+from triton_sam.repository import locate, read_metadata
+
+TINY = get_model("sam2.1_hiera_tiny")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    require_export_extra()
+    import torch
+
+    from triton_sam.export.sam2_onnx import build_model
+
+    path = tmp_path_factory.mktemp("ckpt") / "sam2.1_hiera_tiny.pt"
+    torch.save({"model": build_model(TINY, seed=PARITY_SEED).state_dict()}, path)
+    return path
+
+
+def test_cli_export_from_checkpoint_equals_the_seeded_export(checkpoint, sam2_tiny_repository, tmp_path):
+    import onnxruntime as ort
+
+    output = tmp_path / "repo"
+    cmd = [sys.executable, "-m", "triton_sam.cli", "export", TINY.model_id, "--checkpoint", str(checkpoint), "--output", str(output)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    exported = locate(TINY, output)
+    assert read_metadata(exported.decoder.parent.parent)["checkpoint_sha256"]
+    assert (exported.decoder.parent.parent / "config.pbtxt").is_file()
+    feeds = {
+        **{name: np.random.default_rng(1).standard_normal((1, *shape), dtype=np.float32) for name, shape in TINY.feature_shapes.items()},
+        "point_coords": np.array([[[300.0, 400.0]]], np.float32),
+        "point_labels": np.array([[1]], np.int32),
+        "mask_input": np.zeros((1, 1, 256, 256), np.float32),
+        "has_mask_input": np.zeros((1, 1), np.float32),
+    }
+    seeded = ort.InferenceSession(str(locate(TINY, sam2_tiny_repository).decoder)).run(None, feeds)
+    from_checkpoint = ort.InferenceSession(str(exported.decoder)).run(None, feeds)
+    for a, b in zip(seeded, from_checkpoint):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_checkpoint_of_another_model_is_refused(checkpoint, tmp_path):
+    import torch
+
+    from triton_sam.export.sam2_onnx import build_model, load_checkpoint
+
+    state = torch.load(checkpoint, weights_only=True)["model"]
+    state["sam_mask_decoder.iou_token.weight"] = torch.zeros(3, 3)
+    state.pop("no_mem_embed")
+    wrong = tmp_path / "wrong.pt"
+    torch.save({"model": state}, wrong)
+    model = build_model(TINY, seed=1)
+    with pytest.raises(CheckpointError, match="does not match sam2.1_hiera_tiny.*missing: no_mem_embed.*wrong shape"):
+        load_checkpoint(model, TINY, wrong)
+
+
+@pytest.mark.parametrize("content", [b"garbage", None])
+def test_unreadable_checkpoints_are_refused(content, checkpoint, tmp_path):
+    import torch
+
+    from triton_sam.export.sam2_onnx import build_model, load_checkpoint
+
+    path = tmp_path / "bad.pt"
+    if content is None:
+        torch.save({"state_dict": {}}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(build_model(TINY, seed=1), TINY, path)
+
+
+def test_cli_reports_errors_without_a_traceback(tmp_path):
+    missing = tmp_path / "missing.pt"
+    cmd = [sys.executable, "-m", "triton_sam.cli", "export", TINY.model_id, "--checkpoint", str(missing), "--output", str(tmp_path)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == 2 and "error: Cannot read checkpoint" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,165 @@
+"""A tiny ONNX model with the SAM2 tensor contract, for fast tests (never offered to users).
+
+Encoder: image brightness, average-pooled to each feature map's size. Decoder: for threshold t in
+(0.3, 0.5, 0.7) the mask logits are `20 * (brightness - t)`, lowered by `0.5 * (d - 160)` where d
+(in 1024-pixel model units) is the distance to the nearest positive point beyond 300, plus
+`mask_input` when given. Scores are fixed at (0.5, 0.9, 0.7), so the best mask is the middle one.
+So a click inside a bright disk returns that disk and not a distant one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from triton_sam import contract
+from triton_sam.export.triton_config import decoder_config, encoder_config
+from triton_sam.registry import ModelSpec
+
+THRESHOLDS = (0.3, 0.5, 0.7)
+SCORES = (0.5, 0.9, 0.7)
+REACH = 300.0
+OPSET = 17
+
+
+def _const(name: str, value) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value), name))
+
+
+def _model(nodes, inputs, outputs) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "synthetic", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def encoder_model(spec: ModelSpec) -> onnx.ModelProto:
+    size = spec.input_size
+    nodes = [
+        helper.make_node("Cast", ["image"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Transpose", ["f"], ["chw"], perm=[0, 3, 1, 2]),
+        helper.make_node("ReduceMean", ["chw"], ["mean"], axes=[1], keepdims=1),
+        _const("k255", np.float32(255.0)),
+        helper.make_node("Div", ["mean", "k255"], ["gray"]),
+    ]
+    outputs = []
+    for name, (channels, height, _) in spec.feature_shapes.items():
+        stride = size // height
+        nodes += [
+            helper.make_node("AveragePool", ["gray"], [f"{name}_p"], kernel_shape=[stride, stride], strides=[stride, stride]),
+            _const(f"{name}_shape", np.array([1, channels, 1, 1], np.int64)),
+            helper.make_node("Expand", [f"{name}_p", f"{name}_shape"], [name]),
+        ]
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["B", channels, height, height]))
+    image = helper.make_tensor_value_info(contract.ENCODER_INPUT, TensorProto.UINT8, ["B", size, size, 3])
+    return _model(nodes, [image], outputs)
+
+
+def decoder_model(spec: ModelSpec) -> onnx.ModelProto:
+    low = spec.low_res_size
+    step = spec.input_size / low
+    grid = ((np.arange(low) + 0.5) * step).astype(np.float32)
+    nodes = [
+        _const("c0", np.array([0], np.int64)),
+        _const("c1", np.array([1], np.int64)),
+        _const("c2", np.array([2], np.int64)),
+        helper.make_node("Slice", ["high_res_feats_0", "c0", "c1", "c1"], ["bright"]),
+        helper.make_node("Slice", ["point_coords", "c0", "c1", "c2"], ["px"]),
+        helper.make_node("Slice", ["point_coords", "c1", "c2", "c2"], ["py"]),
+        helper.make_node("Unsqueeze", ["px", "c2"], ["px4"]),  # [B, P, 1, 1]
+        helper.make_node("Unsqueeze", ["py", "c2"], ["py4"]),
+        _const("gx", grid.reshape(1, 1, 1, low)),
+        _const("gy", grid.reshape(1, 1, low, 1)),
+        helper.make_node("Sub", ["px4", "gx"], ["dx"]),
+        helper.make_node("Sub", ["py4", "gy"], ["dy"]),
+        helper.make_node("Mul", ["dx", "dx"], ["dx2"]),
+        helper.make_node("Mul", ["dy", "dy"], ["dy2"]),
+        helper.make_node("Add", ["dx2", "dy2"], ["d2"]),
+        helper.make_node("Sqrt", ["d2"], ["dist"]),
+        _const("pos", np.int32(contract.LABEL_POSITIVE)),
+        helper.make_node("Equal", ["point_labels", "pos"], ["is_pos"]),
+        helper.make_node("Not", ["is_pos"], ["not_pos"]),
+        helper.make_node("Cast", ["not_pos"], ["not_pos_f"], to=TensorProto.FLOAT),
+        _const("far", np.float32(1e4)),
+        helper.make_node("Mul", ["not_pos_f", "far"], ["pen"]),
+        _const("c23", np.array([2, 3], np.int64)),
+        helper.make_node("Unsqueeze", ["pen", "c23"], ["pen4"]),
+        helper.make_node("Add", ["dist", "pen4"], ["dist_pos"]),
+        helper.make_node("ReduceMin", ["dist_pos"], ["dmin"], axes=[1], keepdims=1),
+        _const("reach", np.float32(REACH)),
+        helper.make_node("Sub", ["dmin", "reach"], ["beyond"]),
+        helper.make_node("Relu", ["beyond"], ["beyond_r"]),
+        _const("half", np.float32(0.5)),
+        helper.make_node("Mul", ["beyond_r", "half"], ["falloff"]),
+        _const("k20", np.float32(20.0)),
+        helper.make_node("Mul", ["bright", "k20"], ["b20"]),
+        helper.make_node("Sub", ["b20", "falloff"], ["base0"]),
+        helper.make_node("Unsqueeze", ["has_mask_input", "c23"], ["has4"]),
+        helper.make_node("Mul", ["mask_input", "has4"], ["prev"]),
+        helper.make_node("Add", ["base0", "prev"], ["base"]),
+    ]
+    for i, threshold in enumerate(THRESHOLDS):
+        nodes += [_const(f"t{i}", np.float32(20.0 * threshold)), helper.make_node("Sub", ["base", f"t{i}"], [f"m{i}"])]
+    nodes += [
+        helper.make_node("Concat", ["m0", "m1", "m2"], [contract.MULTI_MASKS], axis=1),
+        _const("zero", np.float32(0.0)),
+        helper.make_node("Mul", [contract.MULTI_MASKS, "zero"], ["zeros"]),
+        helper.make_node("ReduceMean", ["zeros"], ["zero_b3"], axes=[2, 3], keepdims=0),
+        _const("scores", np.array(SCORES, np.float32)),
+        helper.make_node("Add", ["zero_b3", "scores"], [contract.MULTI_SCORES]),
+        helper.make_node("Identity", ["m1"], [contract.SINGLE_MASK]),
+        helper.make_node("Slice", [contract.MULTI_SCORES, "c1", "c2", "c1"], [contract.SINGLE_SCORE]),
+        helper.make_node("Slice", ["zero_b3", "c0", "c1", "c1"], ["zero_b1"]),
+        _const("ten", np.float32(10.0)),
+        helper.make_node("Add", ["zero_b1", "ten"], [contract.OBJECT_SCORE]),
+    ]
+    float_ = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info(n, float_, ["B", *s]) for n, s in spec.feature_shapes.items()] + [
+        helper.make_tensor_value_info(contract.POINT_COORDS, float_, ["B", "P", 2]),
+        helper.make_tensor_value_info(contract.POINT_LABELS, TensorProto.INT32, ["B", "P"]),
+        helper.make_tensor_value_info(contract.MASK_INPUT, float_, ["B", 1, low, low]),
+        helper.make_tensor_value_info(contract.HAS_MASK_INPUT, float_, ["B", 1]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(contract.MULTI_MASKS, float_, ["B", 3, low, low]),
+        helper.make_tensor_value_info(contract.MULTI_SCORES, float_, ["B", 3]),
+        helper.make_tensor_value_info(contract.SINGLE_MASK, float_, ["B", 1, low, low]),
+        helper.make_tensor_value_info(contract.SINGLE_SCORE, float_, ["B", 1]),
+        helper.make_tensor_value_info(contract.OBJECT_SCORE, float_, ["B", 1]),
+    ]
+    return _model(nodes, inputs, outputs)
+
+
+def write_repository(spec: ModelSpec, repository: Path) -> Path:
+    """Write the synthetic encoder and decoder into `repository` under `spec`'s Triton names."""
+    parts = (
+        ("encoder", spec.encoder_name, encoder_model, encoder_config),
+        ("decoder", spec.decoder_name, decoder_model, decoder_config),
+    )
+    for component, name, build, config in parts:
+        version_dir = Path(repository) / name / "1"
+        version_dir.mkdir(parents=True, exist_ok=True)
+        onnx.save(build(spec), version_dir / "model.onnx")
+        (version_dir.parent / "config.pbtxt").write_text(config(spec))
+        metadata = {
+            "model_id": spec.model_id,
+            "component": component,
+            "contract_version": contract.CONTRACT_VERSION,
+            "checkpoint": "synthetic-test-fixture",
+        }
+        (version_dir.parent / contract.METADATA_FILE).write_text(json.dumps(metadata))
+    return Path(repository)
+
+
+def disk_image(height: int, width: int, disks: list[tuple[float, float, float]]) -> np.ndarray:
+    """uint8 grayscale image with bright disks given as (x, y, radius)."""
+    yy, xx = np.mgrid[:height, :width]
+    image = np.full((height, width), 20, np.uint8)
+    for x, y, r in disks:
+        image[(xx - x) ** 2 + (yy - y) ** 2 <= r**2] = 230
+    return image

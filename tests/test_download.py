@@ -1,0 +1,64 @@
+"""Downloads against a real HTTP server on 127.0.0.1."""
+
+import hashlib
+import http.server
+import socket
+import threading
+from functools import partial
+
+import pytest
+
+from triton_sam.download import download
+from triton_sam.errors import DownloadError
+
+PAYLOAD = bytes(range(256)) * 5000  # 1.28 MB, several chunks
+
+
+@pytest.fixture
+def server(tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "weights.pt").write_bytes(PAYLOAD)
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_download_verifies_and_reports_progress(server, tmp_path):
+    seen = []
+    target = tmp_path / "out" / "weights.pt"
+    path = download(f"{server}/weights.pt", hashlib.sha256(PAYLOAD).hexdigest(), target, lambda d, t: seen.append((d, t)))
+    assert path.read_bytes() == PAYLOAD
+    assert seen[-1] == (len(PAYLOAD), len(PAYLOAD)) and len(seen) > 1
+    assert [p.name for p in target.parent.iterdir()] == ["weights.pt"]
+
+
+def test_wrong_hash_leaves_nothing_behind(server, tmp_path):
+    target = tmp_path / "dl" / "weights.pt"
+    with pytest.raises(DownloadError, match="SHA-256"):
+        download(f"{server}/weights.pt", "0" * 64, target)
+    assert list(target.parent.iterdir()) == []
+
+
+def test_missing_file_and_offline_give_clear_errors(server, tmp_path):
+    target = tmp_path / "dl" / "x.pt"
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        download(f"{server}/nope.pt", "0" * 64, target)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        free_port = sock.getsockname()[1]
+    with pytest.raises(DownloadError, match="offline"):
+        download(f"http://127.0.0.1:{free_port}/w.pt", "0" * 64, target, timeout=5)
+    assert list(target.parent.iterdir()) == []
+
+
+def test_corrupt_existing_file_is_replaced(server, tmp_path):
+    target = tmp_path / "weights.pt"
+    target.write_bytes(b"truncated")
+    download(f"{server}/weights.pt", hashlib.sha256(PAYLOAD).hexdigest(), target)
+    assert target.read_bytes() == PAYLOAD
