@@ -117,3 +117,18 @@ def test_masks_are_not_trivial(image_pair):
     a = ours.predict(point_coords=[[w * 0.2, h * 0.2]], point_labels=[1])[0]
     b = ours.predict(point_coords=[[w * 0.8, h * 0.8]], point_labels=[1])[0]
     assert 0 < a.mean() < 1 and (a != b).any()
+
+
+def test_exported_encoder_batches_like_triton_dynamic_batching_needs(sam2_tiny_repository):
+    import onnxruntime as ort
+
+    from triton_sam.repository import locate
+
+    session = ort.InferenceSession(str(locate(get_model("sam2.1_hiera_tiny"), sam2_tiny_repository).encoder))
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (2, 1024, 1024, 3), dtype=np.uint8)
+    batched = session.run(None, {"image": images})
+    single = session.run(None, {"image": images[1:]})
+    for b, s in zip(batched, single):
+        assert b.shape[0] == 2
+        np.testing.assert_allclose(b[1:], s, atol=1e-4)

@@ -1,0 +1,52 @@
+"""config.pbtxt files parse with Triton's own model-config protobuf and say what we rely on."""
+
+import pytest
+from google.protobuf import text_format
+
+from triton_sam import contract
+from triton_sam.export.triton_config import decoder_config, encoder_config
+from triton_sam.registry import MODELS
+
+model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
+
+
+def parse(text: str):
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+@pytest.mark.parametrize("model_id", sorted(MODELS))
+@pytest.mark.parametrize("tensorrt", [False, True])
+def test_encoder_config(model_id, tensorrt):
+    spec = MODELS[model_id]
+    config = parse(encoder_config(spec, tensorrt=tensorrt))
+    assert config.name == spec.encoder_name and config.platform == "onnxruntime_onnx"
+    assert config.max_batch_size > 0 and config.HasField("dynamic_batching")
+    (image,) = config.input
+    assert image.name == contract.ENCODER_INPUT and image.data_type == model_config_pb2.TYPE_UINT8
+    assert list(image.dims) == [spec.input_size, spec.input_size, 3]
+    assert {o.name: tuple(o.dims) for o in config.output} == spec.feature_shapes
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+    assert config.model_warmup[0].inputs[contract.ENCODER_INPUT].zero_data
+    accelerators = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert [a.name for a in accelerators] == (["tensorrt"] if tensorrt else [])
+    if tensorrt:
+        assert accelerators[0].parameters["precision_mode"] == "FP16"
+        assert accelerators[0].parameters["trt_engine_cache_enable"] == "1"
+    assert config.parameters["triton_sam_contract_version"].string_value == str(contract.CONTRACT_VERSION)
+
+
+@pytest.mark.parametrize("model_id", sorted(MODELS))
+def test_decoder_config_batches_and_rejects_stale_work(model_id):
+    spec = MODELS[model_id]
+    config = parse(decoder_config(spec))
+    assert config.name == spec.decoder_name and config.max_batch_size >= 8
+    inputs = {i.name: list(i.dims) for i in config.input}
+    assert inputs[contract.POINT_COORDS] == [-1, 2] and inputs[contract.POINT_LABELS] == [-1]
+    assert set(inputs) == {*spec.feature_shapes, *contract.PROMPT_INPUTS}
+    assert {o.name for o in config.output} == set(contract.DECODER_OUTPUTS)
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    assert policy.default_timeout_microseconds > 0 and policy.allow_timeout_override and policy.max_queue_size > 0
+    warmup_points = config.model_warmup[0].inputs[contract.POINT_COORDS].dims
+    assert list(warmup_points) == [1, 2]
+    assert config.parameters["triton_sam_model_id"].string_value == model_id
