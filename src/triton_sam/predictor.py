@@ -53,10 +53,6 @@ class Predictor:
         features = self.engine.encode(resize_square(rgb, self.spec.input_size))
         self._features, self._orig_hw = features, rgb.shape[:2]
 
-    def set_features(self, features: ImageFeatures, original_size: tuple[int, int]) -> None:
-        """Use features encoded earlier (e.g. from a cache) for the image of `original_size`."""
-        self._features, self._orig_hw = features, tuple(original_size)
-
     def get_image_embedding(self) -> ImageFeatures:
         self._require_image()
         return self._features

@@ -20,8 +20,7 @@ class ModelSpec:
     url: str
     sha256: str
     config: str
-    input_size: int
-    resize: str  # "square": stretch to input_size x input_size (SAM2)
+    input_size: int  # images are stretched to input_size x input_size (SAM2)
     feature_shapes: dict[str, tuple[int, ...]]
     low_res_size: int = 256
 
@@ -57,7 +56,6 @@ def _sam2(size: str, config_suffix: str, sha256: str) -> ModelSpec:
         sha256=sha256,
         config=f"configs/sam2.1/sam2.1_hiera_{config_suffix}.yaml",
         input_size=1024,
-        resize="square",
         feature_shapes=_SAM2_FEATURES,
     )
 

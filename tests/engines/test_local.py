@@ -82,3 +82,22 @@ def test_corrupt_model_file_says_how_to_fix_it(synthetic_repository, tmp_path):
 def test_unknown_backend_is_refused(synthetic_repository):
     with pytest.raises(InvalidInputError, match="Unknown backend"):
         create_engine(TINY, "carrier-pigeon", synthetic_repository)
+
+
+def test_cancel_stops_a_running_sam2_decode(sam2_tiny_repository):
+    """RunOptions.terminate really interrupts ONNX Runtime mid-run, well before it would finish."""
+    import threading
+    import time
+
+    engine = create_engine(TINY, "local", sam2_tiny_repository)
+    features = engine.encode(np.zeros((1024, 1024, 3), np.uint8))
+    request = _request(batch=24)
+    start = time.perf_counter()
+    engine.decode(features, request)
+    full = time.perf_counter() - start
+
+    token = CancelToken()
+    threading.Timer(full * 0.1, token.cancel).start()
+    with pytest.raises(DecodeCancelled, match="while running") as raised:
+        engine.decode(features, request, cancel=token)
+    assert raised.value.__cause__ is not None  # ONNX Runtime itself stopped the run

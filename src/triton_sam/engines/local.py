@@ -60,9 +60,9 @@ class LocalEngine(Engine):
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         try:
             masks, scores, object_scores = self._decoder.run(outputs, feeds, run_options)
-        except Exception:
+        except Exception as error:
             if cancel is not None and cancel.cancelled:
-                raise DecodeCancelled("decode cancelled") from None
+                raise DecodeCancelled("decode cancelled while running") from error
             raise
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .. import __version__, contract
 from ..download import file_sha256
+from ..errors import InvalidInputError
 from ..registry import ModelSpec
 from ..repository import onnx_path, write_metadata
 from .triton_config import decoder_config, encoder_config
@@ -31,6 +32,8 @@ def export_model(
     """
     if (checkpoint is None) == (seed is None):
         raise ValueError("Give exactly one of checkpoint and seed.")
+    if spec.family != "sam2":
+        raise InvalidInputError(f"Export of {spec.family} models is not supported yet.")
     from .sam2_onnx import build_model, export_decoder, export_encoder
 
     model = build_model(spec, checkpoint=checkpoint, seed=seed)
