@@ -9,6 +9,8 @@ Needs the `export` extra (torch, sam2).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -135,12 +137,30 @@ def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outpu
         )
 
 
+@contextmanager
+def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[None]:
+    """Let the export store Hiera's position embedding as a constant.
+
+    Hiera interpolates its position embedding (bicubic) on every forward pass; for the fixed
+    input size that is a constant, and left in the graph it cost 18% of the ONNX encoder's time.
+    """
+    side = input_size // trunk.patch_embed.proj.stride[0]
+    with torch.no_grad():
+        constant = trunk._get_pos_embed((side, side))
+    trunk._get_pos_embed = lambda hw: constant
+    try:
+        yield
+    finally:
+        del trunk._get_pos_embed
+
+
 def export_encoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
     size = spec.input_size
     image = torch.zeros(1, size, size, 3, dtype=torch.uint8)
     names = list(spec.feature_shapes)
     dynamic = {name: {0: "batch"} for name in [contract.ENCODER_INPUT, *names]}
-    _export(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic)
+    with constant_position_embedding(model.image_encoder.trunk, size):
+        _export(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic)
 
 
 def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
