@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with triton-sam, its export extra (torch, sam2) and the test tools.
+# Create .venv with triton-sam, its export extra (torch, sam2) and the test tools, and
+# .venv-server with the local Triton server (nvidia-pytriton pins numpy<2; the plugin uses numpy 2).
 # Usage: bash scripts/install.sh            (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +13,5 @@ python -m pip install -q --upgrade pip wheel setuptools
 python -m pip install -q torch==2.14.1 torchvision==0.29.1
 SAM2_BUILD_CUDA=0 python -m pip install -q --no-build-isolation sam2==1.1.0
 python -m pip install -q -e ".[export,test]"
-echo "Installed into .venv: activate it with '. .venv/bin/activate'"
+triton-sam server-env --path .venv-server
+echo "Installed into .venv: activate it with '. .venv/bin/activate'; 'triton-sam serve' uses .venv-server"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -38,3 +39,45 @@ def sam2_tiny_repository(tmp_path_factory):
     repository = tmp_path_factory.mktemp("sam2_repo")
     export_model(get_model("sam2.1_hiera_tiny"), repository, seed=PARITY_SEED, progress=lambda _: None)
     return repository
+
+
+def require_server_env():
+    """The server environment's python; skipped on a developer machine without one, required in CI."""
+    from triton_sam.errors import TritonSamError
+    from triton_sam.server.local import find_server_python
+
+    try:
+        return find_server_python()
+    except TritonSamError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("no server environment (triton-sam server-env --path .venv-server)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(repository):
+    """A real Triton server (`triton-sam serve` machinery) on free loopback ports."""
+    from triton_sam.server.local import LocalTritonServer
+
+    require_server_env()
+    server = LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+    return server.start()
+
+
+@pytest.fixture(scope="session")
+def synthetic_server(synthetic_repository):
+    server = start_server(synthetic_repository)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def sam2_server(sam2_tiny_repository):
+    server = start_server(sam2_tiny_repository)
+    yield server
+    server.stop()

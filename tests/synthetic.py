@@ -17,6 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from triton_sam import contract
+from triton_sam.export import write_session_model
 from triton_sam.export.triton_config import decoder_config, encoder_config
 from triton_sam.registry import ModelSpec
 
@@ -136,7 +137,7 @@ def decoder_model(spec: ModelSpec) -> onnx.ModelProto:
 
 
 def write_repository(spec: ModelSpec, repository: Path) -> Path:
-    """Write the synthetic encoder and decoder into `repository` under `spec`'s Triton names."""
+    """Write the synthetic encoder and decoder, and the session model, under `spec`'s Triton names."""
     parts = (
         ("encoder", spec.encoder_name, encoder_model, encoder_config),
         ("decoder", spec.decoder_name, decoder_model, decoder_config),
@@ -153,6 +154,7 @@ def write_repository(spec: ModelSpec, repository: Path) -> Path:
             "checkpoint": "synthetic-test-fixture",
         }
         (version_dir.parent / contract.METADATA_FILE).write_text(json.dumps(metadata))
+    write_session_model(spec, repository)
     return Path(repository)
 
 

@@ -74,6 +74,36 @@ def _cmd_bench(args) -> None:
     print(f"encode ratio (ours/official) {result['encode_ratio']:.2f}, decode ratio {result['decode_ratio']:.2f}")
 
 
+def _cmd_serve(args) -> None:
+    from .server.local import LocalTritonServer
+
+    server = LocalTritonServer(
+        args.model_repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        server_python=args.server_python,
+    )
+    print(f"Starting Triton on {args.host} (gRPC {args.grpc_port}, HTTP {args.http_port}) for {args.model_repository} ...")
+    with server:
+        models = ", ".join(exported_models(args.model_repository)) or "none exported yet"
+        print(f"Ready. Models: {models}. Point the plugin at {server.grpc_url}. Ctrl-C stops the server.", flush=True)
+        try:
+            code = server.wait()
+        except KeyboardInterrupt:
+            return
+    if code:
+        raise TritonSamError(f"Triton exited with code {code}.")
+
+
+def _cmd_server_env(args) -> None:
+    from .server.local import create_server_env
+
+    python = create_server_env(args.path)
+    print(f"Server environment ready: {python}")
+
+
 def _add_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", choices=sorted(MODELS), metavar="MODEL", help=f"one of: {', '.join(MODELS)}")
 
@@ -115,6 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_download_options(setup)
     _add_export_options(setup)
     setup.set_defaults(func=_cmd_setup)
+
+    serve = commands.add_parser("serve", help="run a Triton server on this machine (nvidia-pytriton's binary)")
+    serve.add_argument("--model-repository", type=Path, default=default_model_repository())
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument("--server-python", type=Path, default=None, help="python of the server environment")
+    serve.set_defaults(func=_cmd_serve)
+
+    server_env = commands.add_parser("server-env", help="create the environment `serve` runs in (nvidia-pytriton)")
+    server_env.add_argument("--path", type=Path, default=None, help="where to create it (default: user data dir)")
+    server_env.set_defaults(func=_cmd_server_env)
 
     bench = commands.add_parser("bench", help="benchmarks, side by side with the reference")
     kinds = bench.add_subparsers(dest="kind", required=True)

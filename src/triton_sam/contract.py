@@ -24,8 +24,21 @@ SINGLE_MASK = "single_mask"  # float32 [B, 1, 256, 256], chosen as the official 
 SINGLE_SCORE = "single_iou"  # float32 [B, 1]
 OBJECT_SCORE = "object_score_logits"  # float32 [B, 1]
 
+# Session model (embeddings stay on the server): encode returns a handle, decode takes it.
+HANDLE = "handle"  # bytes [B, 1]
+UNKNOWN_HANDLE = "UNKNOWN_HANDLE"  # starts the error message for an evicted or unknown handle
+
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
+
+
+
+def decoder_output_names(multimask_output: bool) -> list[str]:
+    """Outputs to request: masks, their scores and the object score, multimask or single."""
+    if multimask_output:
+        return [MULTI_MASKS, MULTI_SCORES, OBJECT_SCORE]
+    return [SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE]
+
 
 # Point labels understood by the decoder.
 LABEL_NEGATIVE = 0

@@ -27,3 +27,11 @@ class DownloadError(TritonSamError):
 
 class DecodeCancelled(TritonSamError):
     """A decode that was cancelled before it finished."""
+
+
+class ServerUnavailableError(TritonSamError):
+    """A Triton server that cannot be reached or stopped answering."""
+
+
+class ServerModelError(TritonSamError):
+    """A Triton server that answers but does not serve the model as this client needs it."""

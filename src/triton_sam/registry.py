@@ -35,6 +35,11 @@ class ModelSpec:
         return f"{self.model_id}_decoder"
 
     @property
+    def session_name(self) -> str:
+        """Name of the stateful model that keeps embeddings on the server (encode -> handle -> decode)."""
+        return f"{self.model_id}_session"
+
+    @property
     def checkpoint_filename(self) -> str:
         return self.url.rsplit("/", 1)[-1]
 

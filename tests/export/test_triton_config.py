@@ -4,7 +4,7 @@ import pytest
 from google.protobuf import text_format
 
 from triton_sam import contract
-from triton_sam.export.triton_config import decoder_config, encoder_config
+from triton_sam.export.triton_config import decoder_config, encoder_config, session_config
 from triton_sam.registry import MODELS
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
@@ -50,3 +50,21 @@ def test_decoder_config_batches_and_rejects_stale_work(model_id):
     warmup_points = config.model_warmup[0].inputs[contract.POINT_COORDS].dims
     assert list(warmup_points) == [1, 2]
     assert config.parameters["triton_sam_model_id"].string_value == model_id
+
+
+@pytest.mark.parametrize("model_id", sorted(MODELS))
+def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
+    spec = MODELS[model_id]
+    config = parse(session_config(spec, cache_size=5))
+    assert config.name == spec.session_name and config.backend == "python" and config.max_batch_size > 0
+    (group,) = config.instance_group
+    assert group.count == 1  # every request must see the same feature cache
+    inputs = {i.name: i for i in config.input}
+    assert set(inputs) == {contract.ENCODER_INPUT, contract.HANDLE, contract.POINT_COORDS, contract.POINT_LABELS, contract.MASK_INPUT}
+    assert all(i.optional for i in inputs.values())
+    assert inputs[contract.HANDLE].data_type == model_config_pb2.TYPE_STRING
+    assert {o.name for o in config.output} == {contract.HANDLE, *contract.DECODER_OUTPUTS}
+    assert config.dynamic_batching.default_queue_policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    assert params["encoder_model"] == spec.encoder_name and params["decoder_model"] == spec.decoder_name
+    assert params["cache_size"] == "5" and params["triton_sam_component"] == "session"

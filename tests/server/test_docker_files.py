@@ -22,5 +22,6 @@ def test_dockerfile_pins_the_triton_image_and_tolerates_a_partial_repository():
     text = (DOCKER / "Dockerfile").read_text()
     assert "ARG TRITON_VERSION=25.01" in text and "nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3" in text
     assert "--exit-on-error=false" in text and "--model-repository=/models" in text
+    assert 'pip install --no-cache-dir "onnxruntime-gpu==${ONNXRUNTIME_VERSION}"' in text  # for the session models
     compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
     assert compose["services"]["triton"]["build"]["args"]["TRITON_VERSION"] == "25.01"

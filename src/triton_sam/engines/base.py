@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,13 +15,19 @@ from ..registry import ModelSpec
 
 @dataclass(frozen=True)
 class ImageFeatures:
-    """Encoder output for one image, as arrays held by the client."""
+    """Encoder output for one image: arrays held here (local engine), or a handle to features a
+    server keeps, with the model input so that the image can be encoded again if the server lost them.
+    """
 
-    arrays: dict[str, np.ndarray]  # name -> [1, C, H, W]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [1, C, H, W]
+    handle: str | None = None
+    model_input: np.ndarray | None = None  # uint8 [S, S, 3], kept only with a handle
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays.values())
+        """Bytes held on this side (features, or the kept model input)."""
+        kept = self.model_input.nbytes if self.model_input is not None else 0
+        return kept + sum(a.nbytes for a in self.arrays.values())
 
 
 @dataclass(frozen=True)

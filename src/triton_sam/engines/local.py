@@ -54,7 +54,7 @@ class LocalEngine(Engine):
     ) -> DecodeResult:
         feeds = {name: _repeat(array, request.batch_size) for name, array in features.arrays.items()}
         feeds.update(prompt_feeds(request, self.spec.low_res_size))
-        outputs = _output_names(multimask_output)
+        outputs = contract.decoder_output_names(multimask_output)
         run_options = ort.RunOptions()
         if cancel is not None:
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
@@ -67,12 +67,6 @@ class LocalEngine(Engine):
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled")
         return DecodeResult(masks, scores, object_scores)
-
-
-def _output_names(multimask_output: bool) -> list[str]:
-    if multimask_output:
-        return [contract.MULTI_MASKS, contract.MULTI_SCORES, contract.OBJECT_SCORE]
-    return [contract.SINGLE_MASK, contract.SINGLE_SCORE, contract.OBJECT_SCORE]
 
 
 def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndarray]:

@@ -14,7 +14,28 @@ from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
 from ..repository import onnx_path, write_metadata
-from .triton_config import decoder_config, encoder_config
+from ..server.models import python_model_source
+from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
+
+
+def _metadata(spec: ModelSpec, component: str, **extra) -> dict:
+    return {
+        "model_id": spec.model_id,
+        "component": component,
+        "contract_version": contract.CONTRACT_VERSION,
+        "triton_sam_version": __version__,
+        **extra,
+    }
+
+
+def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION_CACHE_SIZE) -> Path:
+    """Write the python-backend session model of `spec` (it runs the encoder and decoder files)."""
+    model_dir = Path(output) / spec.session_name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "1" / "model.py").write_text(python_model_source())
+    (model_dir / "config.pbtxt").write_text(session_config(spec, cache_size))
+    write_metadata(model_dir, _metadata(spec, "session"))
+    return model_dir / "1" / "model.py"
 
 
 def export_model(
@@ -53,17 +74,11 @@ def export_model(
             target.parent.mkdir(parents=True)
             export_onnx(model, spec, target)
             (target.parent.parent / "config.pbtxt").write_text(config(spec, tensorrt=tensorrt))
-            metadata = {
-                "model_id": spec.model_id,
-                "component": component,
-                "contract_version": contract.CONTRACT_VERSION,
-                "triton_sam_version": __version__,
-                **weights,
-            }
-            write_metadata(target.parent.parent, metadata)
+            write_metadata(target.parent.parent, _metadata(spec, component, **weights))
             final = output / name
             if final.exists():
                 shutil.rmtree(final)
             (staging / name).rename(final)
         written.append(onnx_path(output, name))
+    written.append(write_session_model(spec, output))
     return written

@@ -1,7 +1,9 @@
 """Write Triton `config.pbtxt` files for exported encoder and decoder models.
 
-Both run on the ONNX Runtime backend with dynamic batching. The decoder's queue rejects work that
-waited too long (stale hover requests), and a client may cancel queued requests over gRPC.
+Encoder and decoder run on the ONNX Runtime backend with dynamic batching. The decoder's queue
+rejects work that waited too long (stale hover requests), and a client may cancel queued requests
+over gRPC. The session model (python backend, `server/models/python_model.py`) keeps embeddings on
+the server so that a decode request carries only a handle and the prompts.
 """
 
 from __future__ import annotations
@@ -26,19 +28,25 @@ _TRT_BLOCK = """optimization {
 """
 
 
-def _tensor(name: str, data_type: str, dims: tuple[int, ...]) -> str:
-    return f'  {{ name: "{name}" data_type: {data_type} dims: [ {", ".join(map(str, dims))} ] }}'
+def _tensor(name: str, data_type: str, dims: tuple[int, ...], optional: bool = False) -> str:
+    flag = " optional: true" if optional else ""
+    return f'  {{ name: "{name}" data_type: {data_type} dims: [ {", ".join(map(str, dims))} ]{flag} }}'
 
 
 def _tensors(entries: list[str]) -> str:
     return "[\n" + ",\n".join(entries) + "\n]"
 
 
-def _parameters(spec: ModelSpec, component: str) -> str:
+SESSION_MAX_BATCH = 16
+SESSION_CACHE_SIZE = 16
+
+
+def _parameters(spec: ModelSpec, component: str, **extra: str) -> str:
     values = {
         "triton_sam_model_id": spec.model_id,
         "triton_sam_component": component,
         "triton_sam_contract_version": str(contract.CONTRACT_VERSION),
+        **extra,
     }
     return "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in values.items())
 
@@ -98,6 +106,21 @@ def decoder_outputs(spec: ModelSpec) -> list[tuple[str, str, tuple[int, ...]]]:
     ]
 
 
+def _rejecting_batcher(queue_delay_us: int, timeout_us: int) -> str:
+    """Dynamic batching whose queue rejects requests older than `timeout_us` (clients may override)."""
+    return (
+        "dynamic_batching {\n"
+        + f"  max_queue_delay_microseconds: {queue_delay_us}\n"
+        + "  default_queue_policy {\n"
+        + "    timeout_action: REJECT\n"
+        + f"    default_timeout_microseconds: {timeout_us}\n"
+        + "    allow_timeout_override: true\n"
+        + "    max_queue_size: 64\n"
+        + "  }\n"
+        + "}\n"
+    )
+
+
 def decoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
     """config.pbtxt of the stateless decoder: feature maps and prompts in, mask logits out."""
     inputs = decoder_inputs(spec)
@@ -106,15 +129,38 @@ def decoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
         _header(spec.decoder_name, DECODER_MAX_BATCH)
         + f"input {_tensors([_tensor(*i) for i in inputs])}\n"
         + f"output {_tensors([_tensor(*o) for o in decoder_outputs(spec)])}\n"
-        + "dynamic_batching {\n"
-        + "  max_queue_delay_microseconds: 500\n"
-        + "  default_queue_policy {\n"
-        + "    timeout_action: REJECT\n"
-        + "    default_timeout_microseconds: 2000000\n"
-        + "    allow_timeout_override: true\n"
-        + "    max_queue_size: 64\n"
-        + "  }\n"
-        + "}\n"
+        + _rejecting_batcher(queue_delay_us=500, timeout_us=2_000_000)
         + _warmup("one_point", warmup)
         + _footer(spec, "decoder", tensorrt)
+    )
+
+
+def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str:
+    """config.pbtxt of the session model: encode (image -> handle) or decode (handle + prompts).
+
+    One instance, so every request sees the same feature cache; the model chooses its own ONNX
+    Runtime device. Its queue drops requests that waited 10 s (clients send shorter timeouts for
+    hover decodes), and gRPC cancellation removes queued requests before they run.
+    """
+    size = spec.input_size
+    prompts = [i for i in decoder_inputs(spec) if i[0] in (contract.POINT_COORDS, contract.POINT_LABELS, contract.MASK_INPUT)]
+    inputs = [
+        _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", (size, size, 3), optional=True),
+        _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
+    ] + [_tensor(*i, optional=True) for i in prompts]
+    outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in decoder_outputs(spec)]
+    parameters = _parameters(
+        spec,
+        "session",
+        encoder_model=spec.encoder_name,
+        decoder_model=spec.decoder_name,
+        cache_size=str(cache_size),
+    )
+    return (
+        f'name: "{spec.session_name}"\nbackend: "python"\nmax_batch_size: {SESSION_MAX_BATCH}\n'
+        + f"input {_tensors(inputs)}\n"
+        + f"output {_tensors(outputs)}\n"
+        + _rejecting_batcher(queue_delay_us=0, timeout_us=10_000_000)
+        + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        + parameters
     )

@@ -1,0 +1,267 @@
+"""Run a model on a Triton server over gRPC; the image embedding stays on the server.
+
+`encode` sends the resized image once to the session model and keeps the returned handle;
+`decode` sends the handle and the prompts (about 1 KB). A decode can be cancelled for real:
+the gRPC call is cancelled, so Triton drops it from the queue, and the session model skips a
+request cancelled before it runs. If the server lost the embedding (evicted, restarted) the image
+is encoded again and the decode retried, without the caller noticing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from .. import contract
+from ..errors import DecodeCancelled, ServerModelError, ServerUnavailableError
+from ..prompts import DecodeRequest
+from ..registry import MODELS, ModelSpec
+from .base import CancelToken, DecodeResult, Engine, ImageFeatures
+
+ENV_URL = "TRITON_SAM_URL"
+DEFAULT_URL = "127.0.0.1:8001"
+# Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
+# reconnect backoff short so a restarted server is found again within a second or two.
+CHANNEL_ARGS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+_UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
+
+
+def default_url() -> str:
+    """`$TRITON_SAM_URL`, else the gRPC port of a server on this machine."""
+    return os.environ.get(ENV_URL) or DEFAULT_URL
+
+
+class _HandleLost(Exception):
+    """The server no longer has the features behind a handle."""
+
+
+class TritonClient:
+    """A gRPC connection to one Triton server, with the options every call needs."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        ssl: bool = False,
+        root_certificates: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.url = url or default_url()
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self.grpc = grpcclient.InferenceServerClient(
+            self.url, ssl=ssl, root_certificates=root_certificates, channel_args=CHANNEL_ARGS
+        )
+
+    def unreachable(self, error: Exception) -> ServerUnavailableError:
+        return ServerUnavailableError(
+            f"Triton server at {self.url} is not answering ({_message(error)}). Check that it runs "
+            "(`triton-sam serve`, or the Docker deployment) and that the URL and port are right."
+        )
+
+    def session_config(self, spec: ModelSpec) -> dict:
+        """The session model's config; raises if the server is down or does not serve `spec`."""
+        try:
+            ready = self.grpc.is_model_ready(spec.session_name, headers=self.headers, client_timeout=self.timeout_s)
+            if not ready:
+                offered = ", ".join(served_models(self)) or "none"
+                raise ServerModelError(
+                    f"Triton at {self.url} does not serve {spec.model_id} (triton-sam models ready there: {offered}). "
+                    f"Export it into the server's model repository: `triton-sam setup {spec.model_id}`."
+                )
+            response = self.grpc.get_model_config(
+                spec.session_name, headers=self.headers, as_json=True, client_timeout=self.timeout_s
+            )
+        except InferenceServerException as error:
+            raise self.unreachable(error) from error
+        return response["config"]
+
+    def close(self) -> None:
+        self.grpc.close()
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, InferenceServerException):
+        return f"{error.status()}: {error.message()}"
+    return str(error)
+
+
+def _parameter(config: dict, key: str) -> str | None:
+    return config.get("parameters", {}).get(key, {}).get("string_value")
+
+
+def served_models(client: TritonClient) -> list[str]:
+    """Ids of the triton-sam models whose session model is ready on the server."""
+    try:
+        index = client.grpc.get_model_repository_index(headers=client.headers, as_json=True, client_timeout=client.timeout_s)
+    except InferenceServerException as error:
+        raise client.unreachable(error) from error
+    ready = {m["name"] for m in index.get("models", []) if m.get("state") == "READY"}
+    return [model_id for model_id, spec in MODELS.items() if spec.session_name in ready]
+
+
+class TritonEngine(Engine):
+    """The session model of one SAM model on a Triton server."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        url: str | None = None,
+        ssl: bool = False,
+        root_certificates: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = 10.0,
+        encode_timeout_s: float = 300.0,
+        reconnect_s: float = 5.0,
+    ) -> None:
+        self.spec = spec
+        self.client = TritonClient(url, ssl, root_certificates, headers, timeout_s)
+        self.encode_timeout_s = encode_timeout_s
+        self.reconnect_s = reconnect_s
+        try:
+            config = self.client.session_config(spec)
+        except Exception:
+            self.client.close()
+            raise
+        version = _parameter(config, "triton_sam_contract_version")
+        if version != str(contract.CONTRACT_VERSION):
+            self.client.close()
+            raise ServerModelError(
+                f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
+                f"needs {contract.CONTRACT_VERSION}. Export the model again with this version and restart the server."
+            )
+
+    def describe(self) -> str:
+        return f"Triton at {self.client.url}"
+
+    def encode(self, image: np.ndarray) -> ImageFeatures:
+        return ImageFeatures(handle=self._encode(image), model_input=image)
+
+    def _encode(self, image: np.ndarray) -> str:
+        tensor = grpcclient.InferInput(contract.ENCODER_INPUT, [1, *image.shape], "UINT8")
+        tensor.set_data_from_numpy(np.ascontiguousarray(image[None]))
+        try:
+            result = self.client.grpc.infer(
+                self.spec.session_name,
+                [tensor],
+                outputs=[grpcclient.InferRequestedOutput(contract.HANDLE)],
+                headers=self.client.headers,
+                client_timeout=self.encode_timeout_s,
+            )
+        except InferenceServerException as error:
+            raise self._error(error) from error
+        return result.as_numpy(contract.HANDLE).reshape(-1)[0].decode()
+
+    def decode(
+        self,
+        features: ImageFeatures,
+        request: DecodeRequest,
+        multimask_output: bool = True,
+        cancel: CancelToken | None = None,
+    ) -> DecodeResult:
+        if features.handle is None or features.model_input is None:
+            raise ValueError("TritonEngine.decode needs features from TritonEngine.encode")
+        try:
+            return self._decode(features.handle, request, multimask_output, cancel)
+        except _HandleLost:
+            pass
+        except ServerUnavailableError:
+            if not self._wait_until_ready(cancel):
+                raise
+        if cancel is not None and cancel.cancelled:
+            raise DecodeCancelled("decode cancelled")
+        # The server lost the embedding (eviction, restart): encode again; the handle is content-based.
+        if self._encode(features.model_input) != features.handle:
+            raise ServerModelError("The server returned a different handle for the same image.")
+        try:
+            return self._decode(features.handle, request, multimask_output, cancel)
+        except _HandleLost as error:
+            raise ServerModelError(f"The server on {self.client.url} lost the embedding again at once.") from error
+
+    def _wait_until_ready(self, cancel: CancelToken | None) -> bool:
+        """Poll the session model for up to `reconnect_s` (a restarting server); True once ready."""
+        deadline = time.monotonic() + self.reconnect_s
+        while time.monotonic() < deadline and not (cancel is not None and cancel.cancelled):
+            try:
+                if self.client.grpc.is_model_ready(self.spec.session_name, headers=self.client.headers, client_timeout=1.0):
+                    return True
+            except InferenceServerException:
+                pass
+            time.sleep(0.1)
+        return False
+
+    def _decode(
+        self, handle: str, request: DecodeRequest, multimask_output: bool, cancel: CancelToken | None
+    ) -> DecodeResult:
+        if cancel is not None and cancel.cancelled:
+            raise DecodeCancelled("decode cancelled before it was sent")
+        names = contract.decoder_output_names(multimask_output)
+        done = threading.Event()
+        outcome: dict = {}
+
+        def finished(result, error) -> None:
+            outcome["result"], outcome["error"] = result, error
+            done.set()
+
+        call = self.client.grpc.async_infer(
+            self.spec.session_name,
+            _decode_inputs(handle, request),
+            finished,
+            outputs=[grpcclient.InferRequestedOutput(n) for n in names],
+            headers=self.client.headers,
+            client_timeout=self.client.timeout_s,
+        )
+        if cancel is not None:
+            cancel.on_cancel(call.cancel)
+        if not done.wait(self.client.timeout_s + 5.0):  # the gRPC deadline fires first; never hang
+            call.cancel()
+            raise ServerUnavailableError(f"No answer from Triton at {self.client.url} in {self.client.timeout_s:.0f} s.")
+        error = outcome["error"]
+        if error is not None:
+            if cancel is not None and cancel.cancelled:
+                raise DecodeCancelled("decode cancelled") from error
+            if contract.UNKNOWN_HANDLE in (error.message() or ""):
+                raise _HandleLost(handle)
+            raise self._error(error) from error
+        result = outcome["result"]
+        masks, scores, object_scores = (result.as_numpy(n) for n in names)
+        return DecodeResult(masks, scores, object_scores)
+
+    def _error(self, error: InferenceServerException) -> Exception:
+        if error.status() in _UNREACHABLE or error.status() is None:
+            return self.client.unreachable(error)
+        return ServerModelError(f"Triton at {self.client.url} refused the request: {_message(error)}")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _decode_inputs(handle: str, request: DecodeRequest) -> list[grpcclient.InferInput]:
+    """Handle and prompt tensors of a decode request; the mask only when there is one."""
+    batch = request.batch_size
+    arrays = {
+        contract.HANDLE: np.array([[handle.encode()]] * batch, dtype=np.object_),
+        contract.POINT_COORDS: np.ascontiguousarray(request.point_coords, np.float32),
+        contract.POINT_LABELS: np.ascontiguousarray(request.point_labels, np.int32),
+    }
+    if request.mask_input is not None:
+        arrays[contract.MASK_INPUT] = np.ascontiguousarray(request.mask_input, np.float32)
+    inputs = []
+    for name, array in arrays.items():
+        datatype = "BYTES" if array.dtype == np.object_ else {np.float32: "FP32", np.int32: "INT32"}[array.dtype.type]
+        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs

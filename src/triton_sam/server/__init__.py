@@ -1,0 +1,1 @@
+"""The server side: Triton python models and `triton-sam serve` (a local Triton server)."""

@@ -1,0 +1,89 @@
+"""Start the Triton server binary shipped in `nvidia-pytriton`, in the environment that has it.
+
+Run as a script by that environment's interpreter (`triton-sam serve` does this): it imports
+nothing from triton-sam, so the server environment needs only nvidia-pytriton, numpy<2 and
+onnxruntime. It assembles a backend directory with the python backend stub built for this
+interpreter, puts this interpreter's libpython first on LD_LIBRARY_PATH (the stub otherwise picks
+up a system libpython of another build and fails in model initialisation) and this environment's
+bin/ first on PATH (so the stub's interpreter finds this environment's packages), then replaces
+itself with `tritonserver`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+
+def _pytriton_dirs() -> tuple[Path, Path]:
+    """The tritonserver distribution inside pytriton and its bundled shared libraries."""
+    import pytriton
+
+    package = Path(pytriton.__file__).resolve().parent
+    dist = package / "tritonserver"
+    libs = package.parent / "nvidia_pytriton.libs"
+    if not libs.is_dir():  # editable installs keep them inside the package
+        libs = dist / "external_libs"
+    return dist, libs
+
+
+def prepare_backends(dist: Path, workdir: Path) -> Path:
+    """A backend directory whose python backend uses the stub built for this interpreter."""
+    backends = workdir / "backends"
+    if backends.exists():
+        shutil.rmtree(backends)
+    shutil.copytree(dist / "backends", backends)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise SystemExit(f"nvidia-pytriton has no python backend stub for Python {version}")
+    shutil.copy2(stub, backends / "python" / "triton_python_backend_stub")
+    return backends
+
+
+def server_environment(libs: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    library_path = [sysconfig.get_config_var("LIBDIR") or "", str(libs), env.get("LD_LIBRARY_PATH", "")]
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in library_path if p)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return env
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model-repository", required=True)
+    parser.add_argument("--workdir", required=True, help="scratch directory for the backend files")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--log-verbose", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    dist, libs = _pytriton_dirs()
+    backends = prepare_backends(dist, Path(args.workdir))
+    command = [
+        str(dist / "bin" / "tritonserver"),
+        f"--model-repository={args.model_repository}",
+        f"--backend-directory={backends}",
+        f"--http-address={args.host}",
+        f"--http-port={args.http_port}",
+        f"--grpc-address={args.host}",
+        f"--grpc-port={args.grpc_port}",
+        f"--metrics-address={args.host}",
+        f"--metrics-port={args.metrics_port}",
+        "--allow-metrics=true",
+        "--exit-on-error=false",
+        "--strict-readiness=false",
+        f"--log-verbose={args.log_verbose}",
+    ]
+    sys.stdout.flush()
+    os.execve(command[0], command, server_environment(libs))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""`triton-sam serve`: a real Triton server on this machine, from nvidia-pytriton's binary.
+
+PyTriton pins numpy<2 and the plugin must work with numpy 2, so the server may live in its own
+environment (`triton-sam server-env` creates one). Its Triton has only the python backend, so the
+served repository is a *view* of the exported one: ONNX Runtime backend models become python
+models running the same ONNX file (`models/python_model.py`) under the same name, tensors and
+batching; python models (the session model) are linked as they are.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from importlib import resources
+from pathlib import Path
+
+from ..errors import ServerUnavailableError, TritonSamError
+from .models import python_model_source
+
+ENV_SERVER_PYTHON = "TRITON_SAM_SERVER_PYTHON"
+SERVER_PACKAGES = ("nvidia-pytriton==0.7.0", "numpy<2", "onnxruntime-gpu==1.31.1")
+CONFIG_FILE = "config.pbtxt"
+
+
+def default_server_env() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("triton-sam")) / "server-env"
+
+
+def find_server_python(explicit: str | Path | None = None) -> Path:
+    """The interpreter of an environment with nvidia-pytriton (see module docstring)."""
+    candidates = [explicit, os.environ.get(ENV_SERVER_PYTHON)]
+    if importlib.util.find_spec("pytriton") is not None:
+        candidates.append(sys.executable)
+    candidates += [Path(".venv-server/bin/python"), default_server_env() / "bin" / "python"]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    raise TritonSamError(
+        "No environment with nvidia-pytriton found. Create one with `triton-sam server-env` "
+        f"(or point ${ENV_SERVER_PYTHON} at the python of an environment that has {', '.join(SERVER_PACKAGES)})."
+    )
+
+
+def create_server_env(path: Path | None = None, progress=print) -> Path:
+    """Create a virtual environment with the server's packages; returns its interpreter."""
+    path = Path(path) if path is not None else default_server_env()
+    progress(f"Creating the Triton server environment in {path} ...")
+    venv.EnvBuilder(with_pip=True, clear=True).create(path)
+    python = path / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *SERVER_PACKAGES], check=True)
+    return python
+
+
+def _served_config(text: str) -> str:
+    """An onnxruntime-backend config.pbtxt rewritten for the python backend (same name and tensors)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+    config.platform = ""
+    config.backend = "python"
+    config.ClearField("optimization")  # TensorRT accelerator settings mean nothing here
+    for group in config.instance_group:
+        group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU  # the model picks its ORT device
+        del group.gpus[:]
+    return text_format.MessageToString(config)
+
+
+def serving_repository(model_repository: Path, view: Path) -> Path:
+    """Write into `view` the python-backend view of `model_repository`."""
+    runner = python_model_source()
+    view.mkdir(parents=True, exist_ok=True)
+    for model_dir in sorted(Path(model_repository).resolve().iterdir()):
+        config_file = model_dir / CONFIG_FILE
+        if not config_file.is_file():
+            continue
+        text = config_file.read_text()
+        target = view / model_dir.name
+        if 'backend: "python"' in text:
+            target.symlink_to(model_dir, target_is_directory=True)
+            continue
+        for version_dir in (d for d in model_dir.iterdir() if d.is_dir() and d.name.isdigit()):
+            (target / version_dir.name).mkdir(parents=True)
+            for item in version_dir.iterdir():
+                (target / version_dir.name / item.name).symlink_to(item)
+            (target / version_dir.name / "model.py").write_text(runner)
+        (target / CONFIG_FILE).write_text(_served_config(text))
+    return view
+
+
+class LocalTritonServer:
+    """A Triton server process on this machine serving `model_repository`; a context manager."""
+
+    def __init__(
+        self,
+        model_repository: str | Path,
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        server_python: str | Path | None = None,
+        log_verbose: int = 0,
+    ) -> None:
+        self.model_repository = Path(model_repository)
+        self.host = host
+        self.ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+        self.server_python = find_server_python(server_python)
+        self.log_verbose = log_verbose
+        self._workdir: Path | None = None
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.ports['grpc']}"
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._workdir / "tritonserver.log" if self._workdir else None
+
+    def start(self, timeout_s: float = 120.0) -> LocalTritonServer:
+        """Start the server and wait until it answers ready; raise with its log if it does not."""
+        if not self.model_repository.is_dir():
+            raise TritonSamError(f"Model repository {self.model_repository} does not exist; export a model first.")
+        self._check_ports_free()
+        self._workdir = Path(tempfile.mkdtemp(prefix="triton-sam-serve-"))
+        view = serving_repository(self.model_repository, self._workdir / "models")
+        launcher = resources.files("triton_sam.server").joinpath("launch_tritonserver.py")
+        command = [
+            str(self.server_python),
+            str(launcher),
+            f"--model-repository={view}",
+            f"--workdir={self._workdir}",
+            f"--host={self.host}",
+            f"--http-port={self.ports['http']}",
+            f"--grpc-port={self.ports['grpc']}",
+            f"--metrics-port={self.ports['metrics']}",
+            f"--log-verbose={self.log_verbose}",
+        ]
+        with open(self.log_path, "wb") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_ready(timeout_s)
+        return self
+
+    def _check_ports_free(self) -> None:
+        """Refuse ports in use: the readiness check would otherwise find the other server."""
+        for kind, port in self.ports.items():
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Triton does: ignore TIME_WAIT
+                try:
+                    sock.bind((self.host, port))
+                except OSError as error:
+                    raise TritonSamError(
+                        f"The {kind} port {port} on {self.host} is already in use ({error.strerror}); "
+                        f"stop what uses it or choose another with --{kind}-port."
+                    ) from None
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self._process.poll() is not None:
+                    raise ServerUnavailableError(f"Triton server exited with code {self._process.returncode}.\n{self.log_tail()}")
+                try:
+                    if client.is_server_ready(client_timeout=1.0):
+                        return
+                except InferenceServerException:  # not listening yet
+                    pass
+                time.sleep(0.2)
+        finally:
+            client.close()
+        tail = self.log_tail()
+        self.stop()
+        raise ServerUnavailableError(f"Triton server not ready after {timeout_s:.0f} s.\n{tail}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def wait(self) -> int:
+        """Block until the server exits; returns its exit code."""
+        return self._process.wait()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL) and remove its scratch files."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> LocalTritonServer:
+        return self.start() if self._process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,192 @@
+"""triton-sam's Triton python-backend models; exported as `model.py` (see `TritonPythonModel`).
+
+Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An *encode* request sends the resized image (`image`, uint8 [B,1024,1024,3]) and gets back a
+`handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
+gets mask logits back under the decoder's output names. Features live in a bounded LRU in this
+process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
+and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry.
+
+Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
+`1/model.onnx` it runs) and `cache_size` (images kept).
+
+ONNX model (`encoder` / `decoder`): runs the `model.onnx` next to it. The Triton server of
+nvidia-pytriton has only the python backend, so `triton-sam serve` uses this in place of the
+onnxruntime backend: same names, tensors and batching as on the NGC image.
+
+Self-contained on purpose (numpy, onnxruntime and Triton's `triton_python_backend_utils` only):
+the same file runs in the NGC tritonserver image and in the server of `triton-sam serve`.
+"""
+
+import ctypes
+import hashlib
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+UNKNOWN_HANDLE = "UNKNOWN_HANDLE"
+FEATURE_NAMES = ("image_embed", "high_res_feats_0", "high_res_feats_1")
+DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
+
+
+class UnknownHandle(KeyError):
+    """The handle was never encoded here or has been evicted."""
+
+
+class FeatureCache:
+    """Least-recently-used map of handle -> encoder outputs for one image."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._items: OrderedDict[str, dict] = OrderedDict()
+
+    def __contains__(self, handle: str) -> bool:
+        return handle in self._items
+
+    def get(self, handle: str) -> dict:
+        try:
+            self._items.move_to_end(handle)
+        except KeyError:
+            raise UnknownHandle(handle) from None
+        return self._items[handle]
+
+    def put(self, handle: str, features: dict) -> None:
+        self._items[handle] = features
+        self._items.move_to_end(handle)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+
+def _has_cuda_device() -> bool:
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    except OSError:
+        return False
+
+
+def _session(path: Path) -> "ort.InferenceSession":
+    """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs errors)."""
+    providers = ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in ort.get_available_providers() and _has_cuda_device():
+        providers.insert(0, "CUDAExecutionProvider")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=providers)
+
+
+def image_handle(image: np.ndarray, model_id: str) -> str:
+    """Content signature of one preprocessed image: equal images share one cache entry."""
+    digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16)
+    digest.update(model_id.encode())
+    return digest.hexdigest()
+
+
+class TritonPythonModel:
+    """Entry point Triton loads: the session model or an ONNX model, by the config's component."""
+
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        model_dir = Path(args["model_repository"])
+        if params.get("triton_sam_component") == "session":
+            self.model = SessionModel(model_dir.parent, params)
+        else:
+            self.model = OnnxModel(model_dir / args["model_version"] / "model.onnx", config)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            if request.is_cancelled():  # cancelled while batched with others: skip the work
+                responses.append(_error("request cancelled before it ran", pb_utils.TritonError.CANCELLED))
+                continue
+            try:
+                responses.append(self.model.run(request))
+            except UnknownHandle as error:
+                message = f"{UNKNOWN_HANDLE}: no embedding for handle {error.args[0]} (evicted or never encoded)"
+                responses.append(_error(message, pb_utils.TritonError.NOT_FOUND))
+            except (ValueError, KeyError) as error:
+                responses.append(_error(f"invalid request: {error}", pb_utils.TritonError.INVALID_ARG))
+        return responses
+
+
+class OnnxModel:
+    """Runs one ONNX file on each request, returning the outputs the client asked for."""
+
+    def __init__(self, path: Path, config: dict) -> None:
+        self.session = _session(path)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o["name"] for o in config["output"]]
+
+    def run(self, request):
+        feeds = {name: _required(request, name) for name in self.inputs}
+        wanted = [n for n in request.requested_output_names() if n in self.outputs] or self.outputs
+        outputs = self.session.run(wanted, feeds)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, o) for n, o in zip(wanted, outputs)])
+
+
+class SessionModel:
+    """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks)."""
+
+    def __init__(self, repository: Path, params: dict) -> None:
+        self.model_id = params["triton_sam_model_id"]
+        self.encoder = _session(repository / params["encoder_model"] / "1" / "model.onnx")
+        self.decoder = _session(repository / params["decoder_model"] / "1" / "model.onnx")
+        low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
+        self.low_res = low_res if isinstance(low_res, int) else 256
+        self.cache = FeatureCache(int(params.get("cache_size", "16")))
+
+    def run(self, request):
+        if pb_utils.get_input_tensor_by_name(request, "image") is not None:
+            return self._encode(request)
+        return self._decode(request)
+
+    def _encode(self, request):
+        images = pb_utils.get_input_tensor_by_name(request, "image").as_numpy()
+        handles = [image_handle(image, self.model_id) for image in images]
+        for handle, image in zip(handles, images):
+            if handle not in self.cache:
+                outputs = self.encoder.run(list(FEATURE_NAMES), {"image": image[None]})
+                self.cache.put(handle, dict(zip(FEATURE_NAMES, outputs)))
+        tensor = pb_utils.Tensor("handle", np.array([[h.encode()] for h in handles], dtype=np.object_))
+        return pb_utils.InferenceResponse(output_tensors=[tensor])
+
+    def _decode(self, request):
+        handles = _required(request, "handle").reshape(-1)
+        coords = _required(request, "point_coords").astype(np.float32)
+        labels = _required(request, "point_labels").astype(np.int32)
+        batch = len(handles)
+        if coords.shape[0] != batch or labels.shape[:2] != coords.shape[:2]:
+            raise ValueError(f"handle {handles.shape}, point_coords {coords.shape}, point_labels {labels.shape} disagree")
+        per_row = [self.cache.get(_text(h)) for h in handles]
+        feeds = {name: np.concatenate([row[name] for row in per_row]) for name in FEATURE_NAMES}
+        mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
+        has_mask = mask is not None
+        feeds.update(
+            point_coords=coords,
+            point_labels=labels,
+            mask_input=mask.as_numpy() if has_mask else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
+            has_mask_input=np.full((batch, 1), float(has_mask), np.float32),
+        )
+        wanted = [n for n in request.requested_output_names() if n in DECODE_OUTPUTS] or list(DECODE_OUTPUTS)
+        outputs = self.decoder.run(wanted, feeds)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, o) for n, o in zip(wanted, outputs)])
+
+
+def _required(request, name: str) -> np.ndarray:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        raise ValueError(f"this request needs input '{name}'")
+    return tensor.as_numpy()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _error(message: str, code) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))

@@ -1,0 +1,54 @@
+"""A TCP proxy on 127.0.0.1 that counts the bytes passing each way (what a call costs on the wire)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class CountingProxy:
+    """Forwards connections to `target` ("host:port") and counts bytes sent up and down."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._lock = threading.Lock()
+        self.up = 0
+        self.down = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            threading.Thread(target=self._pump, args=(client, upstream, "up"), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, "down"), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, direction: str) -> None:
+        try:
+            while data := source.recv(65536):
+                with self._lock:
+                    setattr(self, direction, getattr(self, direction) + len(data))
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def counts(self) -> tuple[int, int]:
+        with self._lock:
+            return self.up, self.down
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()

@@ -1,0 +1,221 @@
+"""The Triton engine against a real Triton server started on loopback (`triton-sam serve`'s code)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from byte_counter import CountingProxy
+from conftest import start_server
+from synthetic import disk_image, write_repository
+from triton_sam import contract
+from triton_sam.engines import CancelToken, create_engine
+from triton_sam.engines.triton import TritonClient, TritonEngine, served_models
+from triton_sam.errors import DecodeCancelled, ServerModelError, ServerUnavailableError
+from triton_sam.export import write_session_model
+from triton_sam.predictor import Predictor
+from triton_sam.prompts import build_request
+from triton_sam.registry import get_model
+
+TINY = get_model("sam2.1_hiera_tiny")
+SMALL = get_model("sam2.1_hiera_small")
+IMAGE = disk_image(300, 400, [(100, 100, 50), (300, 200, 40)])
+
+
+def _stats(url: str, model: str) -> dict:
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        (stats,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    finally:
+        client.close()
+    return {"executions": int(stats.get("execution_count", 0)), "inferences": int(stats.get("inference_count", 0))}
+
+
+def _one_point(x: float = 100, y: float = 100) -> dict:
+    return {"point_coords": np.array([[x, y]], np.float32), "point_labels": np.array([1])}
+
+
+def test_triton_predictor_gives_the_local_masks(synthetic_server, synthetic_repository):
+    with Predictor(backend="triton", url=synthetic_server.grpc_url) as remote, Predictor(
+        model_repository=synthetic_repository
+    ) as local:
+        for predictor in (remote, local):
+            predictor.set_image(IMAGE)
+        assert remote.get_image_embedding().arrays == {}  # the features stayed on the server
+        for prompts in (_one_point(), _one_point(300, 200), {"box": np.array([40, 40, 160, 160])}):
+            for multimask in (True, False):
+                ours, theirs = remote.predict(**prompts, multimask_output=multimask), local.predict(**prompts, multimask_output=multimask)
+                for a, b in zip(ours, theirs):
+                    np.testing.assert_array_equal(a, b)
+        masks, _, _ = remote.predict(**_one_point())
+        assert masks[1][100, 100] and not masks[1][200, 300]
+
+
+def test_a_decode_costs_under_4_kb_upstream(synthetic_server):
+    proxy = CountingProxy(synthetic_server.grpc_url)
+    try:
+        with Predictor(backend="triton", url=proxy.url) as predictor:
+            predictor.set_image(IMAGE)
+            predictor.predict(**_one_point(), multimask_output=False)  # connection set-up done
+            up0, down0 = proxy.counts()
+            calls = 20
+            for i in range(calls):
+                predictor.predict(**_one_point(100 + i, 100), multimask_output=False)
+            up, down = proxy.counts()
+    finally:
+        proxy.close()
+    per_call_up, per_call_down = (up - up0) / calls, (down - down0) / calls
+    print(f"bytes per decode: up {per_call_up:.0f}, down {per_call_down:.0f}")
+    assert per_call_up <= 4096
+    assert per_call_down < 300_000  # one 256x256 float32 mask and two scores
+
+
+def test_sam2_through_triton_matches_the_local_engine(sam2_server, sam2_tiny_repository):
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 255, (480, 640, 3), np.uint8)
+    with Predictor(backend="triton", url=sam2_server.grpc_url) as remote, Predictor(model_repository=sam2_tiny_repository) as local:
+        remote.set_image(image)
+        local.set_image(image)
+        prompt_sets = [
+            _one_point(320, 240),
+            {"point_coords": np.array([[100, 100], [400, 300]]), "point_labels": np.array([1, 0])},
+            {"box": np.array([50, 60, 500, 400])},
+            {"box": np.array([[10, 10, 200, 200], [300, 200, 600, 450]])},
+        ]
+        for prompts in prompt_sets:
+            ours, scores, low = remote.predict(**prompts)
+            theirs, ref_scores, ref_low = local.predict(**prompts)
+            iou = (ours & theirs).sum(axis=(-2, -1)) / np.maximum((ours | theirs).sum(axis=(-2, -1)), 1)
+            assert iou.min() >= 0.999
+            np.testing.assert_allclose(scores, ref_scores, atol=1e-4)
+            np.testing.assert_allclose(low, ref_low, atol=1e-3)
+
+
+def test_cancelled_queued_decodes_never_run_on_the_server(sam2_server):
+    url = sam2_server.grpc_url
+    engine = TritonEngine(TINY, url=url)
+    rng = np.random.default_rng(1)
+    features = engine.encode(rng.integers(0, 255, (1024, 1024, 3), np.uint8))
+    request = build_request((1024, 1024), 1024, point_coords=np.array([[500.0, 500.0]]), point_labels=np.array([1]))
+    engine.decode(features, request)
+    before = _stats(url, TINY.session_name)
+
+    # A new image keeps the single session instance busy for seconds (SAM2 encoder on CPU) ...
+    blocker = threading.Thread(target=engine.encode, args=(rng.integers(0, 255, (1024, 1024, 3), np.uint8),))
+    blocker.start()
+    time.sleep(0.3)
+    # ... while decodes queue behind it; then they are cancelled.
+    tokens = [CancelToken() for _ in range(6)]
+    outcomes = []
+
+    def decode(token: CancelToken) -> None:
+        try:
+            engine.decode(features, request, cancel=token)
+            outcomes.append("ran")
+        except DecodeCancelled:
+            outcomes.append("cancelled")
+
+    threads = [threading.Thread(target=decode, args=(token,)) for token in tokens]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    assert blocker.is_alive(), "the encoder finished before the decodes were cancelled; the test proves nothing"
+    for token in tokens:
+        token.cancel()
+    for thread in threads + [blocker]:
+        thread.join(30)
+    after = _stats(url, TINY.session_name)
+    engine.close()
+
+    assert outcomes == ["cancelled"] * len(tokens)
+    # Server side: only the blocking encode executed; none of the cancelled decodes did.
+    assert after["inferences"] - before["inferences"] == 1
+    assert after["executions"] - before["executions"] == 1
+
+
+@pytest.fixture(scope="module")
+def small_cache_server(tmp_path_factory):
+    """A server whose session model keeps one image, plus a model exported under another contract."""
+    repository = write_repository(TINY, tmp_path_factory.mktemp("small_cache_repo"))
+    write_session_model(TINY, repository, cache_size=1)
+    write_repository(SMALL, repository)
+    config = repository / SMALL.session_name / "config.pbtxt"
+    version = f'key: "triton_sam_contract_version" value: {{ string_value: "{contract.CONTRACT_VERSION}" }}'
+    config.write_text(config.read_text().replace(version, version.replace(f'"{contract.CONTRACT_VERSION}"', '"999"')))
+    server = start_server(repository)
+    yield server
+    server.stop()
+
+
+def test_an_evicted_embedding_is_encoded_again_without_the_caller_noticing(small_cache_server):
+    url = small_cache_server.grpc_url
+    with Predictor(backend="triton", url=url) as first, Predictor(backend="triton", url=url) as second:
+        first.set_image(IMAGE)
+        expected = first.predict(**_one_point())[0]
+        second.set_image(disk_image(300, 400, [(50, 50, 20)]))  # evicts the first image (cache of one)
+        before = _stats(url, TINY.session_name)
+        masks = first.predict(**_one_point())[0]
+        after = _stats(url, TINY.session_name)
+    np.testing.assert_array_equal(masks, expected)
+    assert after["inferences"] - before["inferences"] == 3  # failed decode, encode again, decode
+
+
+def test_discovery_and_a_contract_mismatch_is_explained(small_cache_server):
+    client = TritonClient(small_cache_server.grpc_url)
+    try:
+        assert served_models(client) == [TINY.model_id, SMALL.model_id]
+    finally:
+        client.close()
+    with pytest.raises(ServerModelError, match="contract version 999"):
+        TritonEngine(SMALL, url=small_cache_server.grpc_url)
+    with pytest.raises(ServerModelError, match="does not serve sam2.1_hiera_large.*sam2.1_hiera_tiny"):
+        TritonEngine(get_model("sam2.1_hiera_large"), url=small_cache_server.grpc_url)
+
+
+def test_restart_is_recovered_and_a_dead_server_gives_a_clear_error_quickly(synthetic_repository):
+    server = start_server(synthetic_repository)
+    try:
+        predictor = Predictor(backend="triton", url=server.grpc_url, timeout_s=5.0, reconnect_s=2.0)
+        predictor.set_image(IMAGE)
+        expected = predictor.predict(**_one_point())[0]
+
+        server.stop()
+        server.start()  # same ports; the new process has no embeddings
+        np.testing.assert_array_equal(predictor.predict(**_one_point())[0], expected)
+
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(ServerUnavailableError, match="not answering"):
+            predictor.predict(**_one_point())
+        assert time.monotonic() - started < 15
+        predictor.close()
+    finally:
+        server.stop()
+
+
+def test_auto_uses_triton_and_falls_back_to_local_when_it_dies(synthetic_repository):
+    server = start_server(synthetic_repository)
+    try:
+        predictor = Predictor(backend="auto", url=server.grpc_url, model_repository=synthetic_repository, reconnect_s=0.5)
+        assert predictor.engine.describe().startswith("Triton at")
+        predictor.set_image(IMAGE)
+        expected = predictor.predict(**_one_point())[0]
+        server.stop()
+        np.testing.assert_array_equal(predictor.predict(**_one_point())[0], expected)
+        assert "local ONNX Runtime" in predictor.engine.describe()
+        assert "not answering" in predictor.engine.fallback_reason
+        predictor.close()
+    finally:
+        server.stop()
+
+
+def test_auto_without_a_server_says_why_it_runs_locally(synthetic_repository):
+    from conftest import free_port
+
+    engine = create_engine(TINY, "auto", synthetic_repository, url=f"127.0.0.1:{free_port()}", timeout_s=1.0)
+    assert "Triton not used" in engine.describe() and "not answering" in engine.describe()
+    engine.close()

@@ -1,0 +1,100 @@
+"""`triton-sam serve`: the python-backend view of a repository, and the real command end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from conftest import free_port, require_server_env
+from synthetic import disk_image, write_repository
+from triton_sam import Predictor
+from triton_sam.errors import ServerUnavailableError, TritonSamError
+from triton_sam.export.triton_config import encoder_config
+from triton_sam.registry import get_model
+from triton_sam.server.local import LocalTritonServer, find_server_python, serving_repository
+
+TINY = get_model("sam2.1_hiera_tiny")
+
+
+def test_the_view_serves_onnx_models_with_the_python_backend_under_the_same_contract(synthetic_repository, tmp_path):
+    view = serving_repository(synthetic_repository, tmp_path / "view")
+    original = text_format.Parse(encoder_config(TINY), model_config_pb2.ModelConfig())
+    encoder_dir = view / TINY.encoder_name
+    served = text_format.Parse((encoder_dir / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert served.backend == "python" and not served.platform
+    assert served.input == original.input and served.output == original.output
+    assert served.max_batch_size == original.max_batch_size and served.dynamic_batching == original.dynamic_batching
+    assert served.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert not served.HasField("optimization")
+    assert (encoder_dir / "1" / "model.onnx").resolve() == (synthetic_repository / TINY.encoder_name / "1" / "model.onnx")
+    assert (encoder_dir / "1" / "model.py").is_file()
+    assert (view / TINY.session_name).resolve() == synthetic_repository / TINY.session_name
+
+
+def test_tensorrt_settings_are_dropped_from_the_view(tmp_path):
+    repository = write_repository(TINY, tmp_path / "repo")
+    (repository / TINY.encoder_name / "config.pbtxt").write_text(encoder_config(TINY, tensorrt=True))
+    served = (serving_repository(repository, tmp_path / "view") / TINY.encoder_name / "config.pbtxt").read_text()
+    assert "tensorrt" not in served and "KIND_GPU" not in served
+
+
+def test_a_missing_server_environment_says_how_to_create_one(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRITON_SAM_SERVER_PYTHON", str(tmp_path / "nope"))
+    monkeypatch.setattr("triton_sam.server.local.default_server_env", lambda: tmp_path / "none")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(TritonSamError, match="triton-sam server-env"):
+        find_server_python()
+
+
+def test_a_port_in_use_is_refused_before_starting(synthetic_server, synthetic_repository):
+    taken = int(synthetic_server.grpc_url.rsplit(":", 1)[1])
+    clash = LocalTritonServer(synthetic_repository, http_port=free_port(), grpc_port=taken, metrics_port=free_port())
+    with pytest.raises(TritonSamError, match=f"The grpc port {taken} on 127.0.0.1 is already in use"):
+        clash.start()
+    assert not clash.is_running()
+
+
+def test_a_server_that_fails_reports_its_log(tmp_path):
+    require_server_env()
+    server = LocalTritonServer(tmp_path, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+    server.server_python = tmp_path / "no-python"
+    (tmp_path / "no-python").write_text("#!/bin/sh\necho launcher broke >&2\nexit 3\n")
+    (tmp_path / "no-python").chmod(0o755)
+    with pytest.raises(ServerUnavailableError, match="(?s)exited with code 3.*launcher broke"):
+        server.start(timeout_s=30)
+
+
+def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_repository):
+    server_python = require_server_env()
+    grpc_port = free_port()
+    command = [sys.executable, "-m", "triton_sam.cli", "serve", "--model-repository", str(synthetic_repository)]
+    command += ["--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
+    command += ["--server-python", str(server_python)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(line.startswith("Ready.") for line in lines):
+            lines.append(process.stdout.readline())
+        assert f"127.0.0.1:{grpc_port}" in lines[-1] and TINY.model_id in lines[-1], lines
+        with Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}") as predictor:
+            predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
+            masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
+            assert masks[1][100, 100] and not masks[1][10, 10]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    with pytest.raises(ServerUnavailableError):  # the server went with it
+        Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}", timeout_s=2.0)
+    assert os.environ.get("PATH")  # environment untouched by the launcher
