@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
 from synthetic import write_repository
+from triton_sam.bench.wire import free_port
 from triton_sam.registry import get_model
 
 SYNTHETIC_MODEL = "sam2.1_hiera_tiny"
@@ -52,12 +52,6 @@ def require_server_env():
         if os.environ.get("CI"):
             raise
         pytest.skip("no server environment (triton-sam server-env --path .venv-server)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(repository):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,6 +63,28 @@ def _cmd_setup(args) -> None:
     _export(args, checkpoint=_download(args))
 
 
+def _cmd_bench_triton(args) -> None:
+    from .bench import triton
+
+    result = triton.run(
+        args.model,
+        encodes=args.encodes,
+        decodes=args.decodes,
+        clients=tuple(args.clients),
+        duration_s=args.duration,
+        shape=tuple(args.shape),
+    )
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for key in ("local_encode", "triton_encode", "local_decode", "triton_decode"):
+        print(f"{key:14s} median {result[key]['median_ms']:8.1f} ms   p95 {result[key]['p95_ms']:8.1f} ms")
+    print("bytes per call: " + ", ".join(f"{k} {v}" for k, v in result["bytes_per_call"].items()))
+    for mode in ("throughput_dynamic_batching", "throughput_no_batching"):
+        rows = ", ".join(f"{r['clients']} clients {r['decodes_per_s']:.1f}/s" for r in result[mode])
+        print(f"{mode}: {rows}")
+
+
 def _cmd_bench(args) -> None:
     from .bench import predictor
 
@@ -75,6 +98,7 @@ def _cmd_bench(args) -> None:
 
 
 def _cmd_serve(args) -> None:
+    from .engines.triton import ENV_API_KEY
     from .server.local import LocalTritonServer
 
     server = LocalTritonServer(
@@ -84,11 +108,15 @@ def _cmd_serve(args) -> None:
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
         server_python=args.server_python,
+        api_key=os.environ.get(ENV_API_KEY),
     )
+    if not server.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: anyone who can reach {args.host} can use this server; set ${ENV_API_KEY} to require a key.")
     print(f"Starting Triton on {args.host} (gRPC {args.grpc_port}, HTTP {args.http_port}) for {args.model_repository} ...")
     with server:
         models = ", ".join(exported_models(args.model_repository)) or "none exported yet"
-        print(f"Ready. Models: {models}. Point the plugin at {server.grpc_url}. Ctrl-C stops the server.", flush=True)
+        key = f" (clients need ${ENV_API_KEY})" if server.api_key else ""
+        print(f"Ready. Models: {models}. Point the plugin at {server.grpc_url}{key}. Ctrl-C stops the server.", flush=True)
         try:
             code = server.wait()
         except KeyboardInterrupt:
@@ -116,6 +144,14 @@ def _add_download_options(parser: argparse.ArgumentParser) -> None:
 def _add_export_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=default_model_repository(), help="Triton model repository")
     parser.add_argument("--tensorrt", action="store_true", help="add the TensorRT FP16 accelerator to config.pbtxt")
+
+
+def _add_bench_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    parser.add_argument("--encodes", type=int, default=3)
+    parser.add_argument("--decodes", type=int, default=30)
+    parser.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,12 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmarks, side by side with the reference")
     kinds = bench.add_subparsers(dest="kind", required=True)
     bench_predictor = kinds.add_parser("predictor", help="local engine vs official SAM2ImagePredictor")
-    bench_predictor.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
-    bench_predictor.add_argument("--encodes", type=int, default=3)
-    bench_predictor.add_argument("--decodes", type=int, default=30)
-    bench_predictor.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
-    bench_predictor.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    _add_bench_options(bench_predictor)
     bench_predictor.set_defaults(func=_cmd_bench)
+    bench_triton = kinds.add_parser("triton", help="Triton (local server) vs local engine: latency, bytes, throughput")
+    _add_bench_options(bench_triton)
+    bench_triton.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
+    bench_triton.add_argument("--duration", type=float, default=3.0, help="seconds per throughput run")
+    bench_triton.set_defaults(func=_cmd_bench_triton)
     return parser
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from byte_counter import CountingProxy
 from conftest import start_server
 from synthetic import disk_image, write_repository
 from triton_sam import contract
+from triton_sam.bench.wire import CountingProxy, free_port
 from triton_sam.engines import CancelToken, create_engine
 from triton_sam.engines.triton import TritonClient, TritonEngine, served_models
 from triton_sam.errors import DecodeCancelled, ServerModelError, ServerUnavailableError
@@ -53,6 +53,33 @@ def test_triton_predictor_gives_the_local_masks(synthetic_server, synthetic_repo
                     np.testing.assert_array_equal(a, b)
         masks, _, _ = remote.predict(**_one_point())
         assert masks[1][100, 100] and not masks[1][200, 300]
+
+
+def test_concurrent_decodes_batched_on_the_server_each_get_their_own_masks(synthetic_server, synthetic_repository):
+    remote = TritonEngine(TINY, url=synthetic_server.grpc_url)
+    local = create_engine(TINY, "local", synthetic_repository)
+    image = np.repeat(disk_image(1024, 1024, [(200, 200, 100), (700, 600, 150)])[..., None], 3, axis=2)
+    remote_features, local_features = remote.encode(image), local.encode(image)
+    requests = [
+        build_request((1024, 1024), 1024, point_coords=np.array([[x, 1023 - x]], np.float32), point_labels=np.array([1]))
+        for x in np.linspace(0, 1023, 24)
+    ]
+    results = [None] * len(requests)
+
+    def decode(i: int) -> None:
+        results[i] = remote.decode(remote_features, requests[i], multimask_output=bool(i % 2))
+
+    threads = [threading.Thread(target=decode, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for i, request in enumerate(requests):
+        expected = local.decode(local_features, request, multimask_output=bool(i % 2))
+        np.testing.assert_array_equal(results[i].low_res_logits, expected.low_res_logits)
+        np.testing.assert_array_equal(results[i].scores, expected.scores)
+    remote.close()
+    local.close()
 
 
 def test_a_decode_costs_under_4_kb_upstream(synthetic_server):
@@ -214,8 +241,6 @@ def test_auto_uses_triton_and_falls_back_to_local_when_it_dies(synthetic_reposit
 
 
 def test_auto_without_a_server_says_why_it_runs_locally(synthetic_repository):
-    from conftest import free_port
-
     engine = create_engine(TINY, "auto", synthetic_repository, url=f"127.0.0.1:{free_port()}", timeout_s=1.0)
     assert "Triton not used" in engine.describe() and "not answering" in engine.describe()
     engine.close()

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from conftest import free_port, require_server_env
+from conftest import require_server_env
 from synthetic import disk_image, write_repository
 from triton_sam import Predictor
+from triton_sam.bench.wire import free_port
 from triton_sam.errors import ServerUnavailableError, TritonSamError
 from triton_sam.export.triton_config import encoder_config
 from triton_sam.registry import get_model
@@ -97,4 +99,25 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_reposi
             process.kill()
     with pytest.raises(ServerUnavailableError):  # the server went with it
         Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}", timeout_s=2.0)
-    assert os.environ.get("PATH")  # environment untouched by the launcher
+
+
+def test_an_api_key_locks_every_endpoint_and_the_client_sends_it(synthetic_repository):
+    require_server_env()
+    server = LocalTritonServer(
+        synthetic_repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), api_key="s3cret"
+    )
+    with server:
+        with pytest.raises(ServerUnavailableError, match="restricted"):
+            Predictor(backend="triton", url=server.grpc_url)
+        with pytest.raises(ServerUnavailableError, match="restricted"):
+            Predictor(backend="triton", url=server.grpc_url, api_key="wrong")
+        with Predictor(backend="triton", url=server.grpc_url, api_key="s3cret") as predictor:
+            predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
+            masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
+            assert masks[1][100, 100]
+        status = urllib.request.urlopen(  # HTTP clients send the key under its plain name
+            urllib.request.Request(f"http://127.0.0.1:{server.ports['http']}/v2/health/ready", headers={"triton-sam-key": "s3cret"})
+        ).status
+        assert status == 200
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"http://127.0.0.1:{server.ports['http']}/v2/health/ready")

@@ -7,7 +7,6 @@ hits both alike.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,15 +15,18 @@ from ..errors import ModelFileError, ModelNotFoundError
 from ..predictor import Predictor
 from ..registry import get_model
 from ..repository import locate, read_metadata
-from . import summarize
+from . import summarize, timed
 
 
-def _ensure_export(model_id: str, seed: int, repository: Path) -> None:
+def ensure_export(model_id: str, seed: int, repository: Path) -> None:
     """Export random-init weights from `seed` unless that exact export is already there."""
+    from ..export import write_session_model
+
     spec = get_model(model_id)
     try:
         exported = locate(spec, repository)
         if all(read_metadata(path.parent.parent).get("seed") == seed for path in (exported.encoder, exported.decoder)):
+            write_session_model(spec, repository)  # cheap; keeps an older export's session model current
             return
     except (ModelNotFoundError, ModelFileError):
         pass
@@ -39,12 +41,6 @@ def bench_image(shape: tuple[int, int]) -> np.ndarray:
     from skimage import data
 
     return np.asarray(Image.fromarray(data.astronaut()).resize((shape[1], shape[0]), Image.BILINEAR))
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def run(
@@ -62,22 +58,22 @@ def run(
     from ..export.sam2_onnx import build_model
 
     repository = Path(workdir) / "model_repository"
-    _ensure_export(model_id, seed, repository)
+    ensure_export(model_id, seed, repository)
     reference = SAM2ImagePredictor(build_model(get_model(model_id), seed=seed))
     ours = Predictor(model_id, model_repository=repository)
     image = bench_image(shape)
-    point = dict(point_coords=np.array([[shape[1] * 0.4, shape[0] * 0.45]]), point_labels=np.array([1]))
+    point = {"point_coords": np.array([[shape[1] * 0.4, shape[0] * 0.45]]), "point_labels": np.array([1])}
 
     times: dict[str, list[float]] = {"ref_encode": [], "ours_encode": [], "ref_decode": [], "ours_decode": []}
     with torch.inference_mode():
         reference.set_image(image)  # warm-up, not timed
         ours.set_image(image)
         for _ in range(encodes):
-            times["ref_encode"].append(_timed(lambda: reference.set_image(image)))
-            times["ours_encode"].append(_timed(lambda: ours.set_image(image)))
+            times["ref_encode"].append(timed(lambda: reference.set_image(image)))
+            times["ours_encode"].append(timed(lambda: ours.set_image(image)))
         for _ in range(decodes):
-            times["ref_decode"].append(_timed(lambda: reference.predict(**point)))
-            times["ours_decode"].append(_timed(lambda: ours.predict(**point)))
+            times["ref_decode"].append(timed(lambda: reference.predict(**point)))
+            times["ours_decode"].append(timed(lambda: ours.predict(**point)))
 
     stats = {key: summarize(values) for key, values in times.items()}
     return {

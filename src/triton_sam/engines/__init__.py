@@ -9,7 +9,9 @@ from ..registry import ModelSpec
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures
 
 BACKENDS = ("local", "triton", "auto")
-TRITON_OPTIONS = frozenset({"url", "ssl", "root_certificates", "headers", "timeout_s", "encode_timeout_s", "reconnect_s"})
+TRITON_OPTIONS = frozenset(
+    {"url", "ssl", "root_certificates", "headers", "api_key", "timeout_s", "encode_timeout_s", "reconnect_s"}
+)
 
 
 def _local(spec: ModelSpec, model_repository: Path | None, options: dict) -> Engine:

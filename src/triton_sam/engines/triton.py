@@ -25,6 +25,9 @@ from ..registry import MODELS, ModelSpec
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures
 
 ENV_URL = "TRITON_SAM_URL"
+ENV_API_KEY = "TRITON_SAM_API_KEY"
+API_KEY_NAME = "triton-sam-key"  # `triton-sam serve --api-key`: HTTP clients send this header,
+API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
 DEFAULT_URL = "127.0.0.1:8001"
 # Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
 # reconnect backoff short so a restarted server is found again within a second or two.
@@ -57,9 +60,13 @@ class TritonClient:
         root_certificates: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float = 10.0,
+        api_key: str | None = None,
     ) -> None:
         self.url = url or default_url()
         self.headers = dict(headers or {})
+        api_key = api_key or os.environ.get(ENV_API_KEY)
+        if api_key:  # what `triton-sam serve` with $TRITON_SAM_API_KEY asks for
+            self.headers[API_KEY_GRPC_HEADER] = api_key
         self.timeout_s = timeout_s
         self.grpc = grpcclient.InferenceServerClient(
             self.url, ssl=ssl, root_certificates=root_certificates, channel_args=CHANNEL_ARGS
@@ -123,11 +130,12 @@ class TritonEngine(Engine):
         root_certificates: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float = 10.0,
+        api_key: str | None = None,
         encode_timeout_s: float = 300.0,
         reconnect_s: float = 5.0,
     ) -> None:
         self.spec = spec
-        self.client = TritonClient(url, ssl, root_certificates, headers, timeout_s)
+        self.client = TritonClient(url, ssl, root_certificates, headers, timeout_s, api_key)
         self.encode_timeout_s = encode_timeout_s
         self.reconnect_s = reconnect_s
         try:

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--log-verbose", type=int, default=0)
-    args = parser.parse_args(argv)
+    args, server_args = parser.parse_known_args(argv)  # the rest goes to tritonserver as it is
 
     dist, libs = _pytriton_dirs()
     backends = prepare_backends(dist, Path(args.workdir))
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         "--exit-on-error=false",
         "--strict-readiness=false",
         f"--log-verbose={args.log_verbose}",
+        *server_args,
     ]
     sys.stdout.flush()
     os.execve(command[0], command, server_environment(libs))

@@ -21,12 +21,14 @@ import venv
 from importlib import resources
 from pathlib import Path
 
+from ..engines.triton import API_KEY_GRPC_HEADER, API_KEY_NAME
 from ..errors import ServerUnavailableError, TritonSamError
 from .models import python_model_source
 
 ENV_SERVER_PYTHON = "TRITON_SAM_SERVER_PYTHON"
 SERVER_PACKAGES = ("nvidia-pytriton==0.7.0", "numpy<2", "onnxruntime-gpu==1.31.1")
 CONFIG_FILE = "config.pbtxt"
+RESTRICTED_PROTOCOLS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace", "logging")
 
 
 def default_server_env() -> Path:
@@ -109,18 +111,25 @@ class LocalTritonServer:
         metrics_port: int = 8002,
         server_python: str | Path | None = None,
         log_verbose: int = 0,
+        api_key: str | None = None,
     ) -> None:
         self.model_repository = Path(model_repository)
         self.host = host
         self.ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
         self.server_python = find_server_python(server_python)
         self.log_verbose = log_verbose
+        self.api_key = api_key
         self._workdir: Path | None = None
         self._process: subprocess.Popen | None = None
 
     @property
     def grpc_url(self) -> str:
         return f"{self.host}:{self.ports['grpc']}"
+
+    @property
+    def client_headers(self) -> dict[str, str]:
+        """gRPC headers a client must send to this server (the API key, if one is set)."""
+        return {API_KEY_GRPC_HEADER: self.api_key} if self.api_key else {}
 
     @property
     def log_path(self) -> Path | None:
@@ -144,11 +153,19 @@ class LocalTritonServer:
             f"--grpc-port={self.ports['grpc']}",
             f"--metrics-port={self.ports['metrics']}",
             f"--log-verbose={self.log_verbose}",
+            *self._restrictions(),
         ]
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready(timeout_s)
         return self
+
+    def _restrictions(self) -> list[str]:
+        """With an API key, every gRPC and HTTP endpoint wants it in a header (see `API_KEY_NAME`)."""
+        if not self.api_key:
+            return []
+        rule = f"{','.join(RESTRICTED_PROTOCOLS)}:{API_KEY_NAME}={self.api_key}"
+        return [f"--grpc-restricted-protocol={rule}", f"--http-restricted-api={rule}"]
 
     def _check_ports_free(self) -> None:
         """Refuse ports in use: the readiness check would otherwise find the other server."""
@@ -174,7 +191,7 @@ class LocalTritonServer:
                 if self._process.poll() is not None:
                     raise ServerUnavailableError(f"Triton server exited with code {self._process.returncode}.\n{self.log_tail()}")
                 try:
-                    if client.is_server_ready(client_timeout=1.0):
+                    if client.is_server_ready(headers=self.client_headers, client_timeout=1.0):
                         return
                 except InferenceServerException:  # not listening yet
                     pass

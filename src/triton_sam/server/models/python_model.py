@@ -99,19 +99,30 @@ class TritonPythonModel:
             self.model = OnnxModel(model_dir / args["model_version"] / "model.onnx", config)
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            if request.is_cancelled():  # cancelled while batched with others: skip the work
-                responses.append(_error("request cancelled before it ran", pb_utils.TritonError.CANCELLED))
-                continue
-            try:
-                responses.append(self.model.run(request))
-            except UnknownHandle as error:
-                message = f"{UNKNOWN_HANDLE}: no embedding for handle {error.args[0]} (evicted or never encoded)"
-                responses.append(_error(message, pb_utils.TritonError.NOT_FOUND))
-            except (ValueError, KeyError) as error:
-                responses.append(_error(f"invalid request: {error}", pb_utils.TritonError.INVALID_ARG))
-        return responses
+        live = [r for r in requests if not r.is_cancelled()]  # cancelled while waiting: skip the work
+        done = dict(zip(map(id, live), self.model.run(live)))
+        return [done[id(r)] if id(r) in done else _cancelled() for r in requests]
+
+
+def _cancelled() -> "pb_utils.InferenceResponse":
+    return _error("request cancelled before it ran", pb_utils.TritonError.CANCELLED)
+
+
+def _failure(error: Exception) -> "pb_utils.InferenceResponse":
+    """The error response for a request that could not be served."""
+    if isinstance(error, UnknownHandle):
+        message = f"{UNKNOWN_HANDLE}: no embedding for handle {error.args[0]} (evicted or never encoded)"
+        return _error(message, pb_utils.TritonError.NOT_FOUND)
+    return _error(f"invalid request: {error}", pb_utils.TritonError.INVALID_ARG)
+
+
+def _response(names: list, arrays: list) -> "pb_utils.InferenceResponse":
+    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in zip(names, arrays)])
+
+
+def _wanted(request, available) -> list:
+    """The outputs the client asked for (all of them if it did not say)."""
+    return [n for n in request.requested_output_names() if n in available] or list(available)
 
 
 class OnnxModel:
@@ -122,15 +133,25 @@ class OnnxModel:
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o["name"] for o in config["output"]]
 
-    def run(self, request):
-        feeds = {name: _required(request, name) for name in self.inputs}
-        wanted = [n for n in request.requested_output_names() if n in self.outputs] or self.outputs
-        outputs = self.session.run(wanted, feeds)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, o) for n, o in zip(wanted, outputs)])
+    def run(self, requests) -> list:
+        responses = []
+        for request in requests:
+            try:
+                feeds = {name: _required(request, name) for name in self.inputs}
+            except ValueError as error:
+                responses.append(_failure(error))
+                continue
+            wanted = _wanted(request, self.outputs)
+            responses.append(_response(wanted, self.session.run(wanted, feeds)))
+        return responses
 
 
 class SessionModel:
-    """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks)."""
+    """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks).
+
+    Decodes that arrive together (dynamic batching) with the same number of points run as one
+    decoder call, which is where batching pays off on a GPU.
+    """
 
     def __init__(self, repository: Path, params: dict) -> None:
         self.model_id = params["triton_sam_model_id"]
@@ -140,10 +161,23 @@ class SessionModel:
         self.low_res = low_res if isinstance(low_res, int) else 256
         self.cache = FeatureCache(int(params.get("cache_size", "16")))
 
-    def run(self, request):
-        if pb_utils.get_input_tensor_by_name(request, "image") is not None:
-            return self._encode(request)
-        return self._decode(request)
+    def run(self, requests) -> list:
+        responses = {}
+        groups: dict = {}  # (points, outputs) -> [(request id, decoder feeds)]
+        for request in requests:
+            try:
+                if pb_utils.get_input_tensor_by_name(request, "image") is not None:
+                    responses[id(request)] = self._encode(request)
+                    continue
+                feeds = self._decode_feeds(request)
+            except (UnknownHandle, ValueError, KeyError) as error:
+                responses[id(request)] = _failure(error)
+                continue
+            key = (feeds["point_coords"].shape[1], tuple(_wanted(request, DECODE_OUTPUTS)))
+            groups.setdefault(key, []).append((id(request), feeds))
+        for (_, wanted), members in groups.items():
+            responses.update(self._decode_together(list(wanted), members))
+        return [responses[id(r)] for r in requests]
 
     def _encode(self, request):
         images = pb_utils.get_input_tensor_by_name(request, "image").as_numpy()
@@ -152,10 +186,10 @@ class SessionModel:
             if handle not in self.cache:
                 outputs = self.encoder.run(list(FEATURE_NAMES), {"image": image[None]})
                 self.cache.put(handle, dict(zip(FEATURE_NAMES, outputs)))
-        tensor = pb_utils.Tensor("handle", np.array([[h.encode()] for h in handles], dtype=np.object_))
-        return pb_utils.InferenceResponse(output_tensors=[tensor])
+        return _response(["handle"], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
 
-    def _decode(self, request):
+    def _decode_feeds(self, request) -> dict:
+        """Decoder inputs of one request: its rows' cached features and prompts."""
         handles = _required(request, "handle").reshape(-1)
         coords = _required(request, "point_coords").astype(np.float32)
         labels = _required(request, "point_labels").astype(np.int32)
@@ -172,9 +206,18 @@ class SessionModel:
             mask_input=mask.as_numpy() if has_mask else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
             has_mask_input=np.full((batch, 1), float(has_mask), np.float32),
         )
-        wanted = [n for n in request.requested_output_names() if n in DECODE_OUTPUTS] or list(DECODE_OUTPUTS)
+        return feeds
+
+    def _decode_together(self, wanted: list, members: list) -> dict:
+        """One decoder run for several requests' rows; each request gets its own rows back."""
+        feeds = {name: np.concatenate([f[name] for _, f in members]) for name in members[0][1]}
         outputs = self.decoder.run(wanted, feeds)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, o) for n, o in zip(wanted, outputs)])
+        responses, start = {}, 0
+        for request_id, member in members:
+            rows = len(member["point_coords"])
+            responses[request_id] = _response(wanted, [o[start : start + rows] for o in outputs])
+            start += rows
+        return responses
 
 
 def _required(request, name: str) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""A TCP proxy on 127.0.0.1 that counts the bytes passing each way (what a call costs on the wire)."""
+"""Measure the wire: a counting TCP proxy (bytes per call each way) and free loopback ports."""
 
 from __future__ import annotations
 
@@ -52,3 +52,10 @@ class CountingProxy:
     def close(self) -> None:
         self._closed = True
         self._listener.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,155 @@
+"""`triton-sam bench triton`: the Triton path next to the local engine, in one run.
+
+A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode
+and decode latency through Triton on loopback and with the local engine (calls alternate), bytes
+on the wire per call (a counting proxy), and decode throughput with 1, 4 and 16 concurrent
+clients, with the session model's dynamic batching and with it switched off.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..engines import Engine, ImageFeatures, create_engine
+from ..engines.triton import TritonEngine
+from ..image import resize_square
+from ..prompts import DecodeRequest, build_request
+from ..registry import ModelSpec, get_model
+from ..server.local import LocalTritonServer
+from . import summarize, timed
+from .predictor import bench_image, ensure_export
+from .wire import CountingProxy, free_port
+
+
+def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
+    """`count` different resized images (the server caches by content, so repeats would not encode)."""
+    base = resize_square(bench_image(shape), spec.input_size)
+    return [np.roll(base, 7 * i, axis=1) for i in range(count)]
+
+
+def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
+    size = spec.input_size
+    point = np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32)
+    return build_request((size, size), size, point_coords=point, point_labels=np.array([1]))
+
+
+def _without_batching(repository: Path, spec: ModelSpec, target: Path) -> Path:
+    """A copy of `repository` whose session model has no dynamic batcher (one request per run)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for name in (spec.encoder_name, spec.decoder_name):
+        (target / name).symlink_to((repository / name).resolve(), target_is_directory=True)
+    shutil.copytree(repository / spec.session_name, target / spec.session_name)
+    config_file = target / spec.session_name / "config.pbtxt"
+    config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
+    config.ClearField("dynamic_batching")
+    config_file.write_text(text_format.MessageToString(config))
+    return target
+
+
+def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:
+    """Decodes per second with `clients` threads, each with its own connection, for `duration_s`."""
+    engines = [TritonEngine(spec, url=url) for _ in range(clients)]
+    features = engines[0].encode(image)
+    counts = [0] * clients
+    latencies: list[float] = []
+    stop = time.monotonic() + duration_s
+
+    def client(index: int) -> None:
+        while time.monotonic() < stop:
+            latencies.append(timed(lambda: engines[index].decode(features, _hover_request(spec, counts[index]), False)))
+            counts[index] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for engine in engines:
+        engine.close()
+    return {"clients": clients, "decodes_per_s": sum(counts) / duration_s, "latency": summarize(latencies)}
+
+
+def _batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
+    """How many executions the server ran at each batch size (Triton's own statistics)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        (stats,) = client.get_inference_statistics(spec.session_name, as_json=True)["model_stats"]
+    finally:
+        client.close()
+    return {b["batch_size"]: int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
+
+
+def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpec, inputs, decodes: int) -> dict:
+    """Encode and hover-decode latency of both engines, alternating, and the bytes Triton moved."""
+    times: dict[str, list[float]] = {"local_encode": [], "triton_encode": [], "local_decode": [], "triton_decode": []}
+    wire = {"encode_up": [], "encode_down": [], "decode_up": [], "decode_down": []}
+    features: dict[str, ImageFeatures] = {}
+    for image in inputs:
+        times["local_encode"].append(timed(lambda: features.__setitem__("local", local.encode(image))))
+        up, down = proxy.counts()
+        times["triton_encode"].append(timed(lambda: features.__setitem__("triton", remote.encode(image))))
+        after = proxy.counts()
+        wire["encode_up"].append(after[0] - up)
+        wire["encode_down"].append(after[1] - down)
+    for i in range(decodes):
+        request = _hover_request(spec, i)
+        times["local_decode"].append(timed(lambda: local.decode(features["local"], request, False)))
+        up, down = proxy.counts()
+        times["triton_decode"].append(timed(lambda: remote.decode(features["triton"], request, False)))
+        after = proxy.counts()
+        wire["decode_up"].append(after[0] - up)
+        wire["decode_down"].append(after[1] - down)
+    stats = {key: summarize(values) for key, values in times.items()}
+    stats["bytes_per_call"] = {key: int(np.median(values)) for key, values in wire.items()}
+    return stats
+
+
+def run(
+    model_id: str = "sam2.1_hiera_tiny",
+    encodes: int = 3,
+    decodes: int = 30,
+    clients: tuple[int, ...] = (1, 4, 16),
+    duration_s: float = 3.0,
+    shape: tuple[int, int] = (977, 1531),
+    seed: int = 0,
+    workdir: Path = Path(".bench"),
+) -> dict:
+    spec = get_model(model_id)
+    repository = Path(workdir) / "model_repository"
+    ensure_export(model_id, seed, repository)
+    inputs = _model_inputs(spec, shape, encodes + 1)
+    local = create_engine(spec, "local", repository)
+    result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
+
+    def server(repo: Path) -> LocalTritonServer:
+        return LocalTritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+
+    with server(repository) as batching:
+        proxy = CountingProxy(batching.grpc_url)
+        remote = TritonEngine(spec, url=proxy.url)
+        remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)  # warm-up, connection set-up
+        local.decode(local.encode(inputs[-1]), _hover_request(spec), False)
+        result.update(_latency(local, remote, proxy, spec, inputs[:encodes], decodes))
+        remote.close()
+        proxy.close()
+        result["decode_ratio"] = result["triton_decode"]["median_ms"] / result["local_decode"]["median_ms"]
+        result["throughput_dynamic_batching"] = [
+            _throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients
+        ]
+        result["executions_by_batch_size"] = _batch_sizes(batching.grpc_url, spec)
+    local.close()
+    with server(_without_batching(repository, spec, Path(workdir) / "no_batching_repository")) as plain:
+        result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
+    return result
