@@ -1,0 +1,88 @@
+"""Image embeddings cached by a content signature, so that an image plane is encoded once.
+
+The key is a hash of the model input (the resized uint8 image) and the model id: the same plane
+shown with the same contrast hits the cache whatever layer or file it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from .engines import Engine, ImageFeatures
+
+DEFAULT_CACHE_MB = 1024
+
+
+def content_signature(model_input: np.ndarray, model_id: str) -> str:
+    """Hash of one model input for one model (hex)."""
+    digest = hashlib.blake2b(np.ascontiguousarray(model_input).tobytes(), digest_size=16)
+    digest.update(model_id.encode())
+    return digest.hexdigest()
+
+
+class EmbeddingCache:
+    """Least-recently-used features of encoded images, bounded in megabytes; thread-safe.
+
+    Concurrent requests for the same image encode it once: later callers wait for the first.
+    """
+
+    def __init__(self, engine: Engine, max_mb: float = DEFAULT_CACHE_MB) -> None:
+        self.engine = engine
+        self.max_bytes = int(max_mb * 2**20)
+        self._items: OrderedDict[str, ImageFeatures] = OrderedDict()
+        self._encoding: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(f.nbytes for f in self._items.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._items
+
+    def features(self, model_input: np.ndarray) -> ImageFeatures:
+        """Features of `model_input`, encoding it only if no one has yet."""
+        key = content_signature(model_input, self.engine.spec.model_id)
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    self.hits += 1
+                    return self._items[key]
+                busy = self._encoding.get(key)
+                if busy is None:
+                    self._encoding[key] = threading.Event()
+                    self.misses += 1
+                    break
+            busy.wait()
+        try:
+            features = self.engine.encode(model_input)
+            with self._lock:
+                self._items[key] = features
+                self._evict()
+            return features
+        finally:
+            with self._lock:
+                self._encoding.pop(key).set()
+
+    def _evict(self) -> None:
+        total = sum(f.nbytes for f in self._items.values())
+        while len(self._items) > 1 and total > self.max_bytes:
+            _, features = self._items.popitem(last=False)
+            total -= features.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

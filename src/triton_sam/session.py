@@ -1,0 +1,321 @@
+"""The interactive segmentation session: one object built from prompts, previewed under the cursor.
+
+Qt-free. The caller (the napari widget, a benchmark, a test) says which image plane is shown,
+reports cursor moves and clicks in image pixels (x, y), and receives `Preview`s through a callback
+on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor moves never queue up.
+
+- Hover: the cursor is an extra positive point added to the object's prompts (with no prompts yet,
+  the preview is the object under the cursor); one mask, chosen the way SAM2 chooses.
+- Click / box: the prompt is recorded at once (never lost), then decoded with the previous round's
+  low-res logits; 3 candidates, best score first, `cycle_candidate` goes through them.
+- `undo`, `discard`, `commit` (full-resolution mask plus a new object id). Each plane of a stack
+  has its own embedding (cached by content) and its own object in progress.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .embeddings import EmbeddingCache
+from .engines import CancelToken, Engine, ImageFeatures
+from .image import ContrastLimits, resize_square, to_rgb_uint8
+from .masks import upsample_logits
+from .prompts import build_request
+from .speculative import Delivery, SpeculativeDecoder
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A mask to show: full size of the plane it belongs to."""
+
+    plane: Hashable
+    mask: np.ndarray  # bool [H, W]
+    score: float
+    point: tuple[float, float] | None = None  # the hover point, None for a prompt result
+    candidate: int | None = None  # which multimask candidate (prompt results)
+    seq: int = 0  # the scheduler's sequence number, for a last `is_current` check
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A finished object: its mask on its plane and the id it was given."""
+
+    plane: Hashable
+    mask: np.ndarray  # bool [H, W]
+    object_id: int
+
+
+@dataclass
+class ObjectPrompts:
+    """Prompts of the object being built on one plane, and its last decoded candidates."""
+
+    points: list[tuple[float, float]] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    box: tuple[float, float, float, float] | None = None
+    order: list[str] = field(default_factory=list)  # "point" / "box", for undo
+    version: int = 0  # bumped on every change; a decode stores results only for its version
+    low_res: np.ndarray | None = None  # float32 [C, 256, 256] candidates of the last decode
+    scores: np.ndarray | None = None  # [C]
+    chosen: int = 0
+    decoded_version: int = -1
+    pending: int = 0  # prompt decodes submitted and not finished
+
+    @property
+    def empty(self) -> bool:
+        return not self.points and self.box is None
+
+    def request_kwargs(self, extra_point: tuple[float, float] | None = None) -> dict:
+        points = self.points + ([extra_point] if extra_point else [])
+        labels = self.labels + ([1] if extra_point else [])
+        kwargs: dict = {"box": self.box}
+        if points:
+            kwargs.update(point_coords=np.array(points, np.float32), point_labels=np.array(labels))
+        return kwargs
+
+
+@dataclass
+class _Plane:
+    key: Hashable
+    features: ImageFeatures
+    size: tuple[int, int]  # (H, W)
+
+
+class InteractiveSession:
+    """Builds objects from prompts on the plane being shown; see the module docstring."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        on_preview: Callable[[Preview | None], None],
+        cache: EmbeddingCache | None = None,
+        max_in_flight: int = 1,
+        min_move_px: float = 2.0,
+        mask_threshold: float = 0.0,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.spec = engine.spec
+        self.cache = cache or EmbeddingCache(engine)
+        self.min_move_px = min_move_px
+        self.mask_threshold = mask_threshold
+        self.next_object_id = 1
+        self._on_preview = on_preview
+        self._lock = threading.Condition()
+        self._plane: _Plane | None = None
+        self._objects: dict[Hashable, ObjectPrompts] = {}
+        self._last_hover: tuple[float, float] | None = None
+        self._hover_preview: Preview | None = None
+        self.decoder = SpeculativeDecoder(self._deliver, max_in_flight, on_error)
+
+    # --- planes -------------------------------------------------------------------------------
+
+    def model_input(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
+        """The resized uint8 RGB image the encoder gets for a plane."""
+        return resize_square(to_rgb_uint8(image, contrast_limits), self.spec.input_size)
+
+    def prefetch(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
+        """Encode a plane into the cache without showing it (neighbouring planes)."""
+        self.cache.features(self.model_input(image, contrast_limits))
+
+    def set_plane(self, key: Hashable, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
+        """Show plane `key` (blocks while it is encoded; call it off the GUI thread)."""
+        features = self.cache.features(self.model_input(image, contrast_limits))
+        with self._lock:
+            self._plane = _Plane(key, features, tuple(image.shape[:2]))
+            self._last_hover = None
+            self._hover_preview = None
+            self.decoder.clear()
+
+    @property
+    def plane(self) -> Hashable | None:
+        with self._lock:
+            return self._plane.key if self._plane else None
+
+    @property
+    def object(self) -> ObjectPrompts:
+        """Prompts of the object in progress on the current plane."""
+        with self._lock:
+            return self._objects.setdefault(self._plane.key if self._plane else None, ObjectPrompts())
+
+    # --- hover --------------------------------------------------------------------------------
+
+    def hover(self, x: float, y: float, t_event: float | None = None) -> int | None:
+        """The cursor moved to (x, y): ask for its preview. None when skipped or outside."""
+        with self._lock:
+            plane = self._plane
+            if plane is None:
+                return None
+            height, width = plane.size
+            if not (0 <= x < width and 0 <= y < height):
+                self.leave()
+                return None
+            if self._last_hover is not None and math.dist(self._last_hover, (x, y)) < self.min_move_px:
+                self.decoder.count_skipped_event()
+                return None
+            self._last_hover = (x, y)
+            kwargs = self.object.request_kwargs(extra_point=(x, y))
+
+        def run(token: CancelToken) -> Preview:
+            masks, scores = self._decode(plane, kwargs, False, token)
+            return Preview(plane.key, masks[0], float(scores[0]), point=(x, y))
+
+        return self.decoder.hover(run, t_event)
+
+    def leave(self) -> None:
+        """The cursor left the image: stop hover work (the caller clears what it shows)."""
+        with self._lock:
+            self._last_hover = None
+            self._hover_preview = None
+            self.decoder.clear()
+
+    # --- prompts ------------------------------------------------------------------------------
+
+    def add_point(self, x: float, y: float, positive: bool = True, t_event: float | None = None) -> int | None:
+        """Add a point to the object and decode it (the point is kept even if decoding fails)."""
+        with self._lock:
+            if self._plane is None:
+                return None
+            obj = self.object
+            obj.points.append((float(x), float(y)))
+            obj.labels.append(1 if positive else 0)
+            obj.order.append("point")
+            return self._submit_prompt(t_event)
+
+    def set_box(self, x0: float, y0: float, x1: float, y1: float, t_event: float | None = None) -> int | None:
+        """Give the object a box (replacing an earlier one) and decode it."""
+        with self._lock:
+            if self._plane is None:
+                return None
+            obj = self.object
+            if obj.box is not None:
+                obj.order.remove("box")
+            obj.box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+            obj.order.append("box")
+            return self._submit_prompt(t_event)
+
+    def undo(self) -> bool:
+        """Remove the last prompt; False if there was none."""
+        with self._lock:
+            obj = self.object
+            if not obj.order:
+                return False
+            if obj.order.pop() == "box":
+                obj.box = None
+            else:
+                obj.points.pop()
+                obj.labels.pop()
+            obj.low_res = obj.scores = None  # the refinement chain no longer applies
+            if obj.empty:
+                obj.version += 1
+                self.decoder.clear(prompts=True)
+                self._on_preview(None)
+            else:
+                self._submit_prompt(None)
+            return True
+
+    def cycle_candidate(self) -> Preview | None:
+        """Show the next multimask candidate of the last prompt decode."""
+        with self._lock:
+            obj, plane = self.object, self._plane
+            if obj.low_res is None or plane is None:
+                return None
+            obj.chosen = (obj.chosen + 1) % len(obj.low_res)
+            preview = self._candidate_preview(plane, obj)
+        self._on_preview(preview)
+        return preview
+
+    def discard(self) -> None:
+        """Drop the object in progress on this plane."""
+        with self._lock:
+            self._objects.pop(self._plane.key if self._plane else None, None)
+            self.decoder.clear(prompts=True)
+        self._on_preview(None)
+
+    def commit(self, wait_s: float = 30.0) -> Committed | None:
+        """Finish the object: its full-size mask and a new id. Waits for its prompt decodes first.
+
+        With no prompts, the object under the cursor (the hover preview) is committed.
+        """
+        with self._lock:
+            obj, plane = self.object, self._plane
+            if plane is None:
+                return None
+            self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
+            if not obj.empty and obj.low_res is not None and obj.decoded_version == obj.version:
+                mask = self._candidate_preview(plane, obj).mask
+            elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
+                mask = self._hover_preview.mask
+            else:
+                return None
+            if not mask.any():
+                return None
+            committed = Committed(plane.key, mask, self.next_object_id)
+            self.next_object_id += 1
+            self._objects.pop(plane.key, None)
+            self._hover_preview = None
+            self._last_hover = None
+            self.decoder.clear(prompts=True)
+        self._on_preview(None)
+        return committed
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _submit_prompt(self, t_event: float | None) -> int:
+        """Queue a decode of the object's prompts as they are now (call with the lock held)."""
+        plane, obj = self._plane, self.object
+        obj.version += 1
+        version = obj.version
+        refine = obj.low_res[obj.chosen][None] if obj.low_res is not None and obj.decoded_version == version - 1 else None
+        kwargs = {**obj.request_kwargs(), "mask_input": refine}
+        obj.pending += 1
+
+        def run(token: CancelToken) -> Preview:
+            try:
+                low_res, scores = self._decode_low_res(plane, kwargs, True, token)
+                with self._lock:
+                    if obj.version != version:  # a newer prompt will store its own result
+                        return self._candidate_preview(plane, obj) if obj.low_res is not None else None
+                    obj.low_res, obj.scores = low_res, scores
+                    obj.chosen = int(np.argmax(scores))
+                    obj.decoded_version = version
+                    return self._candidate_preview(plane, obj)
+            finally:
+                with self._lock:
+                    obj.pending -= 1
+                    self._lock.notify_all()
+
+        return self.decoder.prompt(run, t_event)
+
+    def _candidate_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
+        mask = upsample_logits(obj.low_res[obj.chosen][None], plane.size)[0] > self.mask_threshold
+        return Preview(plane.key, mask, float(obj.scores[obj.chosen]), candidate=obj.chosen)
+
+    def _decode_low_res(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
+        request = build_request(plane.size, self.spec.input_size, low_res_size=self.spec.low_res_size, **kwargs)
+        result = self.engine.decode(plane.features, request, multimask, token)
+        return result.low_res_logits[0], result.scores[0]
+
+    def _decode(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
+        low_res, scores = self._decode_low_res(plane, kwargs, multimask, token)
+        return upsample_logits(low_res, plane.size) > self.mask_threshold, scores
+
+    def _deliver(self, delivery: Delivery) -> None:
+        preview = delivery.value
+        if preview is None:
+            return
+        preview = replace(preview, seq=delivery.seq)
+        with self._lock:
+            if self._plane is None or preview.plane != self._plane.key:
+                return  # never show a mask on another plane
+            if preview.point is not None:
+                self._hover_preview = preview
+        self._on_preview(preview)
+
+    def close(self) -> None:
+        """Stop decoding; no worker thread outlives this call."""
+        self.decoder.close()

@@ -1,0 +1,249 @@
+"""Latest-wins scheduling of decoder calls for a preview that follows the cursor.
+
+The mouse moves 60-120 times a second; a decode takes 5-100 ms. Sending every move floods the
+engine with work nobody will see. `SpeculativeDecoder` keeps at most `max_in_flight` jobs running,
+lets the newest hover job replace an older pending one, cancels a running hover job as soon as a
+newer one exists (through the engine: gRPC cancel, ONNX Runtime terminate), and delivers a result
+only while it is the newest: a stale mask is never shown. Prompt jobs (clicks) are never dropped or
+cancelled by hovers; they run before pending hovers, in order.
+
+Plain Python threads, no Qt: results go to the `deliver` callback on a worker thread, and the
+caller moves them where it needs them (the napari widget marshals them to the GUI thread).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .engines import CancelToken
+from .errors import DecodeCancelled
+
+logger = logging.getLogger(__name__)
+
+HOVER = "hover"
+PROMPT = "prompt"
+
+
+@dataclass(eq=False)  # identity: jobs live in a set
+class Job:
+    """One decoder call: `run(token)` computes the result and raises DecodeCancelled if cancelled."""
+
+    kind: str
+    run: Callable[[CancelToken], Any]
+    seq: int
+    generation: int
+    t_event: float
+    token: CancelToken = field(default_factory=CancelToken)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A result that was the newest when delivered."""
+
+    kind: str
+    seq: int
+    value: Any
+    latency_s: float  # from the event that asked for it to delivery
+
+
+@dataclass
+class SchedulerStats:
+    """What happened to the events a scheduler was given (for status lines and benchmarks)."""
+
+    events: int = 0  # hover events offered, including those skipped as too small a move
+    skipped: int = 0  # events not turned into a job (moved less than the threshold)
+    superseded: int = 0  # jobs replaced while pending: never sent
+    sent: int = 0  # jobs handed to the engine
+    cancelled: int = 0  # sent, then cancelled before they finished
+    executed: int = 0  # sent and finished
+    failed: int = 0  # sent and raised an error
+    delivered: int = 0
+    stale_dropped: int = 0  # finished but no longer the newest: not delivered
+    latencies_s: list[float] = field(default_factory=list)
+
+    def snapshot(self) -> dict:
+        """Counts and event-to-result latency percentiles in milliseconds."""
+        counts = {k: v for k, v in self.__dict__.items() if k != "latencies_s"}
+        latency = np.asarray(self.latencies_s) * 1000.0
+        percentiles = {f"p{p}": float(np.percentile(latency, p)) if latency.size else None for p in (50, 95, 99)}
+        return {**counts, "latency_ms": percentiles}
+
+
+class SpeculativeDecoder:
+    """Runs hover and prompt jobs on worker threads; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        deliver: Callable[[Delivery], None],
+        max_in_flight: int = 1,
+        on_error: Callable[[Exception], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        self._deliver = deliver
+        self._on_error = on_error or (lambda error: logger.error("decode failed: %s", error))
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._pending_hover: Job | None = None
+        self._prompts: collections.deque[Job] = collections.deque()
+        self._in_flight: set[Job] = set()
+        self._seq = 0
+        self._latest_hover = 0
+        self._generation = 0
+        self._last_delivered = 0
+        self._closed = False
+        self.stats = SchedulerStats()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"triton-sam-decode-{i}", daemon=True) for i in range(max_in_flight)
+        ]
+        for worker in self._workers:
+            worker.start()
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._in_flight)
+
+    def hover(self, run: Callable[[CancelToken], Any], t_event: float | None = None) -> int:
+        """Ask for the preview at a new cursor position; older hover work is superseded."""
+        with self._cond:
+            job = self._new_job(HOVER, run, t_event)
+            self._latest_hover = job.seq
+            if self._pending_hover is not None:
+                self.stats.superseded += 1
+            self._pending_hover = job
+            self._cancel_running(lambda j: j.kind == HOVER)
+            self._cond.notify()
+        return job.seq
+
+    def prompt(self, run: Callable[[CancelToken], Any], t_event: float | None = None) -> int:
+        """Queue a job that changes the object (a click); it is never dropped.
+
+        Hover work from before the click is stale: it did not see the new prompt.
+        """
+        with self._cond:
+            self._drop_hovers()
+            job = self._new_job(PROMPT, run, t_event)
+            self._prompts.append(job)
+            self._cond.notify()
+        return job.seq
+
+    def count_skipped_event(self) -> None:
+        """Record a hover event the caller chose not to send (a move below its threshold)."""
+        with self._cond:
+            self.stats.events += 1
+            self.stats.skipped += 1
+
+    def clear(self, prompts: bool = False) -> None:
+        """Forget hover work (cursor left the image); with `prompts`, prompt work too (discard, commit)."""
+        with self._cond:
+            self._drop_hovers()
+            if prompts:
+                self.stats.superseded += len(self._prompts)
+                self._prompts.clear()
+                self._cancel_running(lambda j: j.kind == PROMPT)
+
+    def _drop_hovers(self) -> None:
+        """Make every hover job so far stale: drop the pending one, cancel the running ones."""
+        self._generation += 1
+        if self._pending_hover is not None:
+            self.stats.superseded += 1
+            self._pending_hover = None
+        self._cancel_running(lambda j: j.kind == HOVER)
+
+    def is_current(self, seq: int) -> bool:
+        """Whether a delivered result is still the newest (for a final check on the GUI thread)."""
+        with self._cond:
+            return seq == self._last_delivered and seq >= self._latest_hover
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Cancel everything and stop the workers; no thread outlives this call."""
+        with self._cond:
+            self._closed = True
+            self._pending_hover = None
+            self._prompts.clear()
+            self._cancel_running(lambda j: True)
+            self._cond.notify_all()
+        for worker in self._workers:
+            worker.join(timeout_s)
+
+    def __enter__(self) -> SpeculativeDecoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _new_job(self, kind: str, run, t_event: float | None) -> Job:
+        if self._closed:
+            raise RuntimeError("the decoder is closed")
+        self._seq += 1
+        if kind == HOVER:
+            self.stats.events += 1
+        return Job(kind, run, self._seq, self._generation, self._clock() if t_event is None else t_event)
+
+    def _cancel_running(self, which: Callable[[Job], bool]) -> None:
+        for job in self._in_flight:
+            if which(job):
+                job.token.cancel()
+
+    def _next_job(self) -> Job | None:
+        """Wait for work; prompts go first. None when closed."""
+        with self._cond:
+            while not self._closed and not self._prompts and self._pending_hover is None:
+                self._cond.wait()
+            if self._closed:
+                return None
+            if self._prompts:
+                job = self._prompts.popleft()
+            else:
+                job, self._pending_hover = self._pending_hover, None
+            self._in_flight.add(job)
+            self.stats.sent += 1
+            return job
+
+    def _work(self) -> None:
+        while (job := self._next_job()) is not None:
+            try:
+                value, error = job.run(job.token), None
+            except DecodeCancelled:
+                with self._cond:
+                    self._in_flight.discard(job)
+                    self.stats.cancelled += 1
+                continue
+            except Exception as exc:  # an engine error must not kill the worker; report it
+                value, error = None, exc
+            self._finish(job, value, error)
+
+    def _finish(self, job: Job, value: Any, error: Exception | None) -> None:
+        with self._cond:
+            self._in_flight.discard(job)
+            if job.token.cancelled:  # finished anyway (the engine could not stop it): not shown
+                self.stats.cancelled += 1
+                return
+            if error is not None:
+                self.stats.failed += 1
+            else:
+                self.stats.executed += 1
+            hover_current = job.generation == self._generation and job.seq == self._latest_hover
+            current = job.seq > self._last_delivered and (job.kind == PROMPT or hover_current)
+            if error is None and not current:
+                self.stats.stale_dropped += 1
+                return
+            if error is None:
+                self._last_delivered = job.seq
+                latency = self._clock() - job.t_event
+                self.stats.delivered += 1
+                self.stats.latencies_s.append(latency)
+        if error is not None:
+            self._on_error(error)
+            return
+        self._deliver(Delivery(job.kind, job.seq, value, latency))

@@ -1,0 +1,157 @@
+"""The interactive session on the synthetic model: real local engine, and a real Triton server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from synthetic import disk_image
+from triton_sam import Predictor
+from triton_sam.engines import create_engine
+from triton_sam.registry import get_model
+from triton_sam.session import InteractiveSession
+
+TINY = get_model("sam2.1_hiera_tiny")
+H, W = 240, 400
+IMAGE = disk_image(H, W, [(80, 80, 40), (300, 150, 50)])
+OTHER = disk_image(H, W, [(200, 60, 30)])
+
+
+class Previews:
+    """Collects what the session shows; waits for the preview of a given condition."""
+
+    def __init__(self) -> None:
+        self.items = []
+        self.cond = threading.Condition()
+
+    def __call__(self, preview) -> None:
+        with self.cond:
+            self.items.append(preview)
+            self.cond.notify_all()
+
+    def wait_for(self, check, timeout_s: float = 10.0):
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.items and check(self.items[-1]), timeout_s), self.items[-3:]
+            return self.items[-1]
+
+
+@pytest.fixture(params=["local", "triton"])
+def engine(request, synthetic_repository):
+    if request.param == "local":
+        engine = create_engine(TINY, "local", synthetic_repository)
+    else:
+        server = request.getfixturevalue("synthetic_server")
+        engine = create_engine(TINY, "triton", url=server.grpc_url)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def session(engine):
+    previews = Previews()
+    session = InteractiveSession(engine, previews)
+    session.previews = previews
+    session.set_plane(("img", 0), IMAGE)
+    yield session
+    session.close()
+
+
+def test_hover_preview_is_the_predictor_mask_for_that_point(session, synthetic_repository):
+    session.hover(300, 150)
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (300, 150))
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(IMAGE)
+        expected, scores, _ = predictor.predict(point_coords=[[300, 150]], point_labels=[1], multimask_output=False)
+    np.testing.assert_array_equal(preview.mask, expected[0])
+    assert preview.mask.shape == (H, W) and preview.mask[150, 300] and not preview.mask[80, 80]
+    assert preview.score == pytest.approx(float(scores[0]))
+
+
+def test_a_burst_of_moves_ends_with_the_last_position_and_sends_less(session):
+    for x in np.linspace(20, 380, 120):
+        session.hover(float(x), 100.0)
+        time.sleep(0.001)
+    session.hover(80, 80)
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (80, 80))
+    assert preview.mask[80, 80] and not preview.mask[150, 300]
+    stats = session.decoder.stats
+    assert stats.events == 121 and stats.sent + stats.skipped < stats.events
+
+
+def test_tiny_moves_are_skipped(session):
+    session.hover(100, 100)
+    session.hover(100.5, 100.5)
+    assert session.decoder.stats.skipped == 1
+
+
+def test_click_then_commit_returns_the_object_and_a_new_id(session):
+    session.add_point(80, 80)
+    preview = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    assert preview.mask[80, 80] and not preview.mask[150, 300]
+    committed = session.commit()
+    assert committed.object_id == 1 and committed.plane == ("img", 0)
+    np.testing.assert_array_equal(committed.mask, preview.mask)
+    assert session.object.empty and session.next_object_id == 2
+    assert session.previews.items[-1] is None  # the preview is cleared
+
+
+def test_commit_right_after_a_click_waits_for_its_decode(session):
+    session.add_point(300, 150)
+    committed = session.commit()  # no waiting on our side: the session must not lose the click
+    assert committed is not None and committed.mask[150, 300]
+
+
+def test_commit_without_prompts_takes_the_object_under_the_cursor(session):
+    session.hover(300, 150)
+    session.previews.wait_for(lambda p: p is not None and p.point == (300, 150))
+    committed = session.commit()
+    assert committed.mask[150, 300] and not committed.mask[80, 80]
+
+
+def test_cycle_candidates_undo_and_discard(session):
+    session.add_point(80, 80)
+    first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    assert first.candidate == 1  # the synthetic model scores the middle candidate best
+    assert session.cycle_candidate().candidate == 2
+    assert session.cycle_candidate().candidate == 0
+    session.add_point(300, 150, positive=False)
+    session.previews.wait_for(lambda p: p is not None and p.candidate is not None and len(session.object.points) == 2)
+    assert session.undo() and session.object.points == [(80.0, 80.0)]
+    assert session.undo() and session.object.empty
+    assert session.previews.items[-1] is None
+    assert not session.undo()
+    session.add_point(80, 80)
+    session.discard()
+    assert session.object.empty and session.commit() is None
+
+
+def test_planes_keep_their_own_embedding_object_and_never_show_each_other(session):
+    session.add_point(80, 80)
+    session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    session.hover(200, 60)  # then the plane changes before this result may arrive
+    session.set_plane(("img", 1), OTHER)
+    assert session.object.empty  # plane 1 has its own object
+    session.hover(200, 60)
+    preview = session.previews.wait_for(lambda p: p is not None and p.plane == ("img", 1))
+    assert preview.mask[60, 200]
+    session.set_plane(("img", 0), IMAGE)
+    assert session.object.points == [(80.0, 80.0)]  # plane 0's object is still there
+    assert session.cache.hits >= 1 and len(session.cache) == 2  # plane 0 came from the cache
+    shown_after_switch = [p for p in session.previews.items if p is not None]
+    planes = [p.plane for p in shown_after_switch]
+    assert planes.index(("img", 1)) > 0 and ("img", 0) not in planes[planes.index(("img", 1)) :]
+
+
+def test_leaving_the_image_stops_hover_work(session):
+    session.hover(-5, 10)
+    assert session.decoder.stats.events == 0
+    for x in range(20, 120, 5):
+        session.hover(x, 80)
+    session.leave()
+    shown = len(session.previews.items)
+    time.sleep(0.3)
+    assert session.previews.items[shown:] == []  # nothing arrives after the cursor left
+    assert session.decoder.stats.events == 20

@@ -1,0 +1,235 @@
+"""The latest-wins scheduler with fake jobs of controllable latency: the guarantees hold."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from triton_sam.errors import DecodeCancelled
+from triton_sam.speculative import HOVER, PROMPT, SpeculativeDecoder
+
+
+class FakeEngine:
+    """Decodes that take `latency_s`, honour (or ignore) cancellation, and record what happened."""
+
+    def __init__(self, latency_s: float = 0.01, cancellable: bool = True) -> None:
+        self.latency_s = latency_s
+        self.cancellable = cancellable
+        self.lock = threading.Lock()
+        self.running = 0
+        self.max_running = 0
+        self.started: list[str] = []
+        self.cancelled_in_engine: list[str] = []
+        self.completed: list[str] = []
+
+    def job(self, name: str):
+        def run(token):
+            with self.lock:
+                self.running += 1
+                self.max_running = max(self.max_running, self.running)
+                self.started.append(name)
+            try:
+                deadline = time.monotonic() + self.latency_s
+                while time.monotonic() < deadline:
+                    if self.cancellable and token.cancelled:
+                        with self.lock:
+                            self.cancelled_in_engine.append(name)
+                        raise DecodeCancelled(name)
+                    time.sleep(0.0005)
+                with self.lock:
+                    self.completed.append(name)
+                return name
+            finally:
+                with self.lock:
+                    self.running -= 1
+
+        return run
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.deliveries = []
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def __call__(self, delivery) -> None:
+        with self.lock:
+            self.deliveries.append(delivery)
+        self.done.set()
+
+
+def _wait_idle(decoder: SpeculativeDecoder, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        stats = decoder.stats
+        settled = stats.cancelled + stats.executed + stats.failed
+        if settled == stats.sent and decoder.in_flight == 0 and decoder._pending_hover is None and not decoder._prompts:
+            return
+        time.sleep(0.005)
+    raise AssertionError("decoder did not go idle")
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 2, 3])
+def test_never_more_than_n_in_flight_and_the_last_event_gets_its_result(max_in_flight):
+    engine = FakeEngine(latency_s=0.004)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder, max_in_flight=max_in_flight) as decoder:
+        rng = random.Random(max_in_flight)
+        for i in range(300):
+            decoder.hover(engine.job(f"h{i}"))
+            time.sleep(rng.choice([0, 0.0005, 0.002, 0.008]))  # bursts and pauses
+        last = decoder.hover(engine.job("last"))
+        _wait_idle(decoder)
+    assert engine.max_running <= max_in_flight
+    assert recorder.deliveries[-1].seq == last and recorder.deliveries[-1].value == "last"
+    stats = decoder.stats
+    assert stats.events == 301 and stats.sent + stats.superseded == 301
+    assert stats.sent < 301  # latest-wins dropped work
+
+
+def test_a_superseded_running_job_is_cancelled_in_the_engine_and_never_delivered():
+    engine = FakeEngine(latency_s=0.5)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        decoder.hover(engine.job("old"))
+        while "old" not in engine.started:
+            time.sleep(0.001)
+        newest = decoder.hover(engine.job("new"))
+        _wait_idle(decoder)
+    assert engine.cancelled_in_engine == ["old"]
+    assert [d.value for d in recorder.deliveries] == ["new"] and recorder.deliveries[0].seq == newest
+    assert decoder.stats.cancelled == 1
+
+
+def test_a_result_that_finished_after_being_superseded_is_not_delivered():
+    engine = FakeEngine(latency_s=0.2, cancellable=False)  # like an ORT backend run: cannot stop
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder, max_in_flight=2) as decoder:
+        decoder.hover(engine.job("old"))
+        while "old" not in engine.started:
+            time.sleep(0.001)
+        engine.latency_s = 0.3
+        decoder.hover(engine.job("new"))
+        _wait_idle(decoder)
+    assert sorted(engine.completed) == ["new", "old"]
+    assert [d.value for d in recorder.deliveries] == ["new"]
+
+
+def test_delivered_results_are_always_the_newest_under_random_load():
+    engine = FakeEngine(latency_s=0.003, cancellable=False)
+    delivered = []
+    submitted = []
+    lock = threading.Lock()
+
+    def deliver(delivery) -> None:
+        with lock:
+            # Every hover submitted before this delivery's job must not be newer than it, except
+            # those submitted after the job finished (they are delivered later or dropped).
+            delivered.append((delivery.seq, max(submitted)))
+
+    with SpeculativeDecoder(deliver, max_in_flight=3) as decoder:
+        for i in range(400):
+            with lock:
+                submitted.append(decoder.hover(engine.job(f"h{i}")))
+            time.sleep(random.choice([0, 0.001, 0.004]))
+        _wait_idle(decoder)
+    seqs = [seq for seq, _ in delivered]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)  # never an older result after a newer one
+    assert delivered[-1][0] == submitted[-1]
+    assert decoder.stats.stale_dropped + decoder.stats.cancelled > 0
+
+
+def test_clicks_are_never_dropped_and_run_in_order_before_pending_hovers():
+    engine = FakeEngine(latency_s=0.01)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        for i in range(30):
+            decoder.hover(engine.job(f"h{i}"))
+            if i % 3 == 0:
+                decoder.prompt(engine.job(f"p{i}"))
+        _wait_idle(decoder)
+    prompts_run = [name for name in engine.completed if name.startswith("p")]
+    assert prompts_run == [f"p{i}" for i in range(0, 30, 3)]
+    assert not [n for n in engine.cancelled_in_engine if n.startswith("p")]
+    kinds = [d.kind for d in recorder.deliveries]
+    assert PROMPT in kinds and kinds[-1] in (PROMPT, HOVER)
+
+
+def test_a_click_makes_earlier_hover_work_stale():
+    engine = FakeEngine(latency_s=0.2)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        decoder.hover(engine.job("before-click"))
+        while "before-click" not in engine.started:
+            time.sleep(0.001)
+        decoder.prompt(engine.job("click"))
+        _wait_idle(decoder)
+    assert [d.value for d in recorder.deliveries] == ["click"]
+    assert engine.cancelled_in_engine == ["before-click"]
+
+
+def test_clear_cancels_hovers_and_optionally_prompts():
+    engine = FakeEngine(latency_s=0.3)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        decoder.prompt(engine.job("p"))
+        while "p" not in engine.started:
+            time.sleep(0.001)
+        decoder.clear()  # cursor left: the click's decode continues
+        _wait_idle(decoder)
+        assert [d.value for d in recorder.deliveries] == ["p"]
+        decoder.prompt(engine.job("p2"))
+        while "p2" not in engine.started:
+            time.sleep(0.001)
+        decoder.clear(prompts=True)  # object discarded
+        _wait_idle(decoder)
+    assert [d.value for d in recorder.deliveries] == ["p"] and "p2" in engine.cancelled_in_engine
+
+
+def test_an_engine_error_is_reported_and_the_worker_keeps_going():
+    errors = []
+    recorder = Recorder()
+
+    def broken(token):
+        raise RuntimeError("server exploded")
+
+    with SpeculativeDecoder(recorder, on_error=errors.append) as decoder:
+        decoder.hover(broken)
+        _wait_idle(decoder)
+        decoder.hover(FakeEngine(0.001).job("fine"))
+        _wait_idle(decoder)
+    assert [str(e) for e in errors] == ["server exploded"]
+    assert [d.value for d in recorder.deliveries] == ["fine"]
+
+
+def test_close_cancels_running_work_and_leaves_no_threads():
+    before = set(threading.enumerate())
+    engine = FakeEngine(latency_s=5.0)
+    decoder = SpeculativeDecoder(Recorder(), max_in_flight=3)
+    decoder.prompt(engine.job("slow-click"))
+    decoder.prompt(engine.job("slow-click-2"))
+    decoder.hover(engine.job("slow"))
+    while len(engine.started) < 3:
+        time.sleep(0.001)
+    started = time.monotonic()
+    decoder.close()
+    assert time.monotonic() - started < 1.0
+    assert set(threading.enumerate()) <= before
+    assert sorted(engine.cancelled_in_engine) == ["slow", "slow-click", "slow-click-2"]
+    with pytest.raises(RuntimeError, match="closed"):
+        decoder.hover(engine.job("late"))
+
+
+def test_latency_is_measured_from_the_event():
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        t_event = time.perf_counter() - 0.05  # the event happened 50 ms ago
+        decoder.hover(FakeEngine(0.01).job("h"), t_event=t_event)
+        _wait_idle(decoder)
+    (delivery,) = recorder.deliveries
+    assert delivery.latency_s >= 0.06
+    snapshot = decoder.stats.snapshot()
+    assert snapshot["latency_ms"]["p50"] >= 60 and snapshot["delivered"] == 1
