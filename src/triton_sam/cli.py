@@ -85,6 +85,15 @@ def _cmd_bench_triton(args) -> None:
         print(f"{mode}: {rows}")
 
 
+def _cmd_bench_hover(args) -> None:
+    from .bench import hover
+
+    result = hover.run(
+        args.model, rate_hz=args.rate, duration_s=args.duration, shape=tuple(args.shape), backends=tuple(args.backends)
+    )
+    print(json.dumps(result, indent=2))
+
+
 def _cmd_bench(args) -> None:
     from .bench import predictor
 
@@ -205,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench_triton.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     bench_triton.add_argument("--duration", type=float, default=3.0, help="seconds per throughput run")
     bench_triton.set_defaults(func=_cmd_bench_triton)
+    bench_hover = kinds.add_parser("hover", help="mouse trace through our session and a naive client (JSON)")
+    bench_hover.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_hover.add_argument("--rate", type=float, default=120.0, help="mouse events per second")
+    bench_hover.add_argument("--duration", type=float, default=10.0, help="trace length in seconds")
+    bench_hover.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    bench_hover.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    bench_hover.set_defaults(func=_cmd_bench_hover)
     return parser
 
 

@@ -110,7 +110,7 @@ class InteractiveSession:
         self._objects: dict[Hashable, ObjectPrompts] = {}
         self._last_hover: tuple[float, float] | None = None
         self._hover_preview: Preview | None = None
-        self.decoder = SpeculativeDecoder(self._deliver, max_in_flight, on_error)
+        self.decoder = SpeculativeDecoder(self._deliver, max_in_flight, on_error, cancel_running=engine.cancel_running)
 
     # --- planes -------------------------------------------------------------------------------
 

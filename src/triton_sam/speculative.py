@@ -30,6 +30,11 @@ logger = logging.getLogger(__name__)
 
 HOVER = "hover"
 PROMPT = "prompt"
+# When a running hover job is superseded: cancel it at once, or only once it is overdue (running
+# longer than OVERDUE_FACTOR x a typical run: most likely stuck in a busy server's queue).
+CANCEL_ALWAYS = "always"
+CANCEL_OVERDUE = "overdue"
+OVERDUE_FACTOR = 2.0
 
 
 @dataclass(eq=False)  # identity: jobs live in a set
@@ -42,6 +47,7 @@ class Job:
     generation: int
     t_event: float
     token: CancelToken = field(default_factory=CancelToken)
+    t_started: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,9 +92,14 @@ class SpeculativeDecoder:
         max_in_flight: int = 1,
         on_error: Callable[[Exception], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        cancel_running: str = CANCEL_ALWAYS,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
+        if cancel_running not in (CANCEL_ALWAYS, CANCEL_OVERDUE):
+            raise ValueError(f"cancel_running must be {CANCEL_ALWAYS!r} or {CANCEL_OVERDUE!r}")
+        self.cancel_running = cancel_running
+        self._typical_run_s: float | None = None  # moving average of finished runs
         self._deliver = deliver
         self._on_error = on_error or (lambda error: logger.error("decode failed: %s", error))
         self._clock = clock
@@ -109,6 +120,18 @@ class SpeculativeDecoder:
             worker.start()
 
     @property
+    def latest_hover_seq(self) -> int:
+        """Sequence number of the newest hover job submitted."""
+        with self._cond:
+            return self._latest_hover
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending and nothing running."""
+        with self._cond:
+            return not self._in_flight and self._pending_hover is None and not self._prompts
+
+    @property
     def in_flight(self) -> int:
         with self._cond:
             return len(self._in_flight)
@@ -121,9 +144,22 @@ class SpeculativeDecoder:
             if self._pending_hover is not None:
                 self.stats.superseded += 1
             self._pending_hover = job
-            self._cancel_running(lambda j: j.kind == HOVER)
+            self._cancel_running(self._supersede_now)
             self._cond.notify()
         return job.seq
+
+    def _supersede_now(self, job: Job) -> bool:
+        """Whether a running job that a newer hover supersedes should be cancelled now.
+
+        Cancelling is free locally (ONNX Runtime stops at once), but through a server every
+        cancel-and-resend costs more than letting a short decode finish, so there only overdue
+        jobs are cancelled.
+        """
+        if job.kind != HOVER:
+            return False
+        if self.cancel_running == CANCEL_ALWAYS or self._typical_run_s is None:
+            return True
+        return self._clock() - job.t_started > OVERDUE_FACTOR * self._typical_run_s
 
     def prompt(self, run: Callable[[CancelToken], Any], t_event: float | None = None) -> int:
         """Queue a job that changes the object (a click); it is never dropped.
@@ -208,6 +244,7 @@ class SpeculativeDecoder:
                 job, self._pending_hover = self._pending_hover, None
             self._in_flight.add(job)
             self.stats.sent += 1
+            job.t_started = self._clock()
             return job
 
     def _work(self) -> None:
@@ -233,6 +270,8 @@ class SpeculativeDecoder:
                 self.stats.failed += 1
             else:
                 self.stats.executed += 1
+                run_s = self._clock() - job.t_started
+                self._typical_run_s = run_s if self._typical_run_s is None else 0.8 * self._typical_run_s + 0.2 * run_s
             hover_current = job.generation == self._generation and job.seq == self._latest_hover
             current = job.seq > self._last_delivered and (job.kind == PROMPT or hover_current)
             if error is None and not current:

@@ -73,6 +73,9 @@ class Engine(ABC):
     """Runs one model's encoder and decoder; callers never see where or how."""
 
     spec: ModelSpec
+    # How a scheduler should treat a superseded running decode: "always" cancel it (stopping is
+    # free), or only when "overdue" (stopping costs more than finishing; see speculative.py).
+    cancel_running: str = "always"
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:

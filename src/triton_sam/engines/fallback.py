@@ -40,6 +40,10 @@ class FallbackEngine(Engine):
             previous.close()
         return self.active
 
+    @property
+    def cancel_running(self) -> str:
+        return self.active.cancel_running
+
     def describe(self) -> str:
         if self.fallback_reason is None:
             return self.active.describe()

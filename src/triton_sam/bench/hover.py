@@ -1,0 +1,191 @@
+"""`triton-sam bench hover`: a synthetic mouse trace replayed through our session and a naive client.
+
+The trace sweeps over the image at `rate_hz` in strokes with pauses in between (no events while the
+mouse rests), like a user looking for the next object. Our client is `InteractiveSession`
+(latest-wins, cancellation); the naive client sends every event to a pool of threads, cancels
+nothing and shows every result as it arrives, like earlier "speculative" clients. Both run on the
+local engine and on a local Triton server (`triton-sam serve`), in the same run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ..engines import Engine, create_engine
+from ..masks import upsample_logits
+from ..prompts import build_request
+from ..registry import ModelSpec, get_model
+from ..server.local import LocalTritonServer
+from ..session import InteractiveSession, Preview
+from . import summarize, timed
+from .predictor import bench_image, ensure_export
+from .wire import free_port
+
+NAIVE_THREADS = 4
+
+
+def mouse_trace(shape: tuple[int, int], rate_hz: float, duration_s: float, seed: int = 0) -> list[tuple[float, float, float]]:
+    """(t, x, y) events: straight strokes of 0.3-1.0 s between random points, 0.2-0.6 s pauses."""
+    rng = random.Random(seed)
+    height, width = shape
+    events, t = [], 0.0
+    x, y = width / 2, height / 2
+    while t < duration_s:
+        tx, ty = rng.uniform(0, width - 1), rng.uniform(0, height - 1)
+        steps = max(1, int(rng.uniform(0.3, 1.0) * rate_hz))
+        for i in range(1, steps + 1):
+            events.append((t, x + (tx - x) * i / steps, y + (ty - y) * i / steps))
+            t += 1.0 / rate_hz
+        x, y = tx, ty
+        t += rng.uniform(0.2, 0.6)
+    return [e for e in events if e[0] < duration_s]
+
+
+def _replay(trace, send) -> None:
+    """Call `send(index, x, y, t_event)` at each event's time."""
+    start = time.perf_counter()
+    for index, (t, x, y) in enumerate(trace):
+        delay = start + t - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(index, x, y, time.perf_counter())
+
+
+def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
+    stale = []
+
+    def on_preview(preview: Preview | None) -> None:
+        if preview is not None and preview.seq < session.decoder.latest_hover_seq:
+            stale.append(preview.seq)
+
+    session = InteractiveSession(engine, on_preview)
+    session.set_plane("bench", image)
+    _replay(trace, lambda i, x, y, t: session.hover(x, y, t_event=t))
+    while not session.decoder.idle:
+        time.sleep(0.01)
+    session.close()
+    stats = session.decoder.stats.snapshot()
+    return {
+        "events": stats["events"],
+        "requests_sent": stats["sent"],
+        "executed": stats["executed"],
+        "cancelled": stats["cancelled"] + stats["superseded"],
+        "delivered": stats["delivered"],
+        "stale_delivered": len(stale),
+        "latency_ms": stats["latency_ms"],
+    }
+
+
+def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
+    size = image.shape[:2]
+    features = engine.encode(_model_input(engine.spec, image))
+    lock = threading.Lock()
+    newest = [-1]
+    latencies, stale = [], []
+
+    def decode(index: int, x: float, y: float, t_event: float) -> None:
+        request = build_request(size, engine.spec.input_size, point_coords=[[x, y]], point_labels=[1])
+        result = engine.decode(features, request, multimask_output=False)
+        upsample_logits(result.low_res_logits[0], size)  # as shown: full size
+        with lock:
+            latencies.append(time.perf_counter() - t_event)
+            if index < newest[0]:
+                stale.append(index)
+
+    def send(index: int, x: float, y: float, t_event: float) -> None:
+        with lock:
+            newest[0] = index
+        pool.submit(decode, index, x, y, t_event)
+
+    with ThreadPoolExecutor(NAIVE_THREADS) as pool:
+        _replay(trace, send)
+    latency = np.asarray(latencies) * 1000.0
+    return {
+        "events": len(trace),
+        "requests_sent": len(trace),
+        "executed": len(latencies),
+        "cancelled": 0,
+        "delivered": len(latencies),
+        "stale_delivered": len(stale),
+        "latency_ms": {f"p{p}": float(np.percentile(latency, p)) for p in (50, 95, 99)},
+    }
+
+
+def _model_input(spec: ModelSpec, image: np.ndarray) -> np.ndarray:
+    from ..image import resize_square, to_rgb_uint8
+
+    return resize_square(to_rgb_uint8(image), spec.input_size)
+
+
+def _single_decode_ms(engine: Engine, image: np.ndarray, count: int = 15) -> dict:
+    """One hover decode with nothing else running (the yardstick for the latency goal)."""
+    size = image.shape[:2]
+    features = engine.encode(_model_input(engine.spec, image))
+    request = build_request(size, engine.spec.input_size, point_coords=[[size[1] / 2, size[0] / 2]], point_labels=[1])
+
+    def once() -> None:
+        result = engine.decode(features, request, multimask_output=False)
+        upsample_logits(result.low_res_logits[0], size)
+
+    once()
+    return summarize([timed(once) for _ in range(count)])
+
+
+def _server_decodes(url: str, spec: ModelSpec) -> int:
+    """Requests the session model executed (Triton's statistics; cancelled queued ones excluded)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        (stats,) = client.get_inference_statistics(spec.session_name, as_json=True)["model_stats"]
+    finally:
+        client.close()
+    return int(stats.get("inference_count", 0))
+
+
+def _modes(engine: Engine, image: np.ndarray, trace, server_url: str | None) -> dict:
+    result = {"single_decode": _single_decode_ms(engine, image)}
+    for name, client in (("ours", _ours), ("naive", _naive)):
+        before = _server_decodes(server_url, engine.spec) if server_url else None
+        result[name] = client(engine, image, trace)
+        if server_url:
+            result[name]["server_executed"] = _server_decodes(server_url, engine.spec) - before
+    goal = 1.5 * result["single_decode"]["median_ms"] + 10.0
+    result["p95_goal_ms"] = goal
+    key = "server_executed" if server_url else "executed"
+    result["executed_ratio_naive_over_ours"] = result["naive"][key] / max(1, result["ours"][key])
+    return result
+
+
+def run(
+    model_id: str = "sam2.1_hiera_tiny",
+    rate_hz: float = 120.0,
+    duration_s: float = 10.0,
+    shape: tuple[int, int] = (977, 1531),
+    seed: int = 0,
+    backends: tuple[str, ...] = ("local", "triton"),
+    workdir: Path = Path(".bench"),
+) -> dict:
+    spec = get_model(model_id)
+    repository = Path(workdir) / "model_repository"
+    ensure_export(model_id, seed, repository)
+    image = bench_image(shape)
+    trace = mouse_trace(shape, rate_hz, duration_s, seed)
+    result = {"benchmark": "hover", "model": model_id, "image_shape": list(shape), "rate_hz": rate_hz,
+              "duration_s": duration_s, "events": len(trace)}
+    if "local" in backends:
+        engine = create_engine(spec, "local", repository)
+        result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None)}
+        engine.close()
+    if "triton" in backends:
+        with LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port()) as server:
+            engine = create_engine(spec, "triton", url=server.grpc_url)
+            result["triton"] = {"engine": engine.describe(), **_modes(engine, image, trace, server.grpc_url)}
+            engine.close()
+    return result
