@@ -233,3 +233,27 @@ def test_latency_is_measured_from_the_event():
     assert delivery.latency_s >= 0.06
     snapshot = decoder.stats.snapshot()
     assert snapshot["latency_ms"]["p50"] >= 60 and snapshot["delivered"] == 1
+
+
+def test_overdue_policy_lets_a_short_running_job_finish_and_cancels_a_stuck_one():
+    engine = FakeEngine(latency_s=0.1)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder, cancel_running="overdue") as decoder:
+        decoder.hover(engine.job("warm"))  # teaches the scheduler a typical run (~0.1 s)
+        _wait_idle(decoder)
+        decoder.hover(engine.job("young"))
+        while "young" not in engine.started:
+            time.sleep(0.001)
+        decoder.hover(engine.job("next"))  # supersedes "young" early: it is left to finish
+        _wait_idle(decoder)
+        assert "young" in engine.completed and "young" not in engine.cancelled_in_engine
+        engine.latency_s = 5.0
+        decoder.hover(engine.job("stuck"))
+        while "stuck" not in engine.started:
+            time.sleep(0.001)
+        time.sleep(0.3)  # now running for more than 2x the typical 0.1 s
+        engine.latency_s = 0.05
+        decoder.hover(engine.job("last"))
+        _wait_idle(decoder)
+    assert "stuck" in engine.cancelled_in_engine
+    assert [d.value for d in recorder.deliveries] == ["warm", "next", "last"]

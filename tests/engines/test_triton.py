@@ -164,6 +164,43 @@ def test_cancelled_queued_decodes_never_run_on_the_server(sam2_server):
     assert after["executions"] - before["executions"] == 1
 
 
+def _request_ns(url: str, model: str) -> dict[str, int]:
+    """Count and total server time (ns) of the requests `model` answered."""
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        (stats,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    finally:
+        client.close()
+    success = stats["inference_stats"]["success"]
+    return {"success_count": int(success.get("count", 0)), "success_ns": int(success.get("ns", 0))}
+
+
+def test_a_decode_cancelled_while_running_is_stopped_on_the_server(sam2_server):
+    url = sam2_server.grpc_url
+    engine = TritonEngine(TINY, url=url)
+    features = engine.encode(np.random.default_rng(2).integers(0, 255, (1024, 1024, 3), np.uint8))
+    boxes = np.array([[10 + i, 20, 600 + i, 700] for i in range(16)], np.float32)
+    heavy = build_request((1024, 1024), 1024, box=boxes)  # 16 prompt sets: a long decoder run
+
+    before = _request_ns(url, TINY.session_name)
+    engine.decode(features, heavy)
+    finished = _request_ns(url, TINY.session_name)
+    full_run_ns = finished["success_ns"] - before["success_ns"]
+
+    token = CancelToken()
+    threading.Timer(full_run_ns / 4e9, token.cancel).start()  # a quarter of the way in
+    with pytest.raises(DecodeCancelled):
+        engine.decode(features, heavy, cancel=token)
+    deadline = time.monotonic() + 10
+    # Triton counts the model's CANCELLED response as a completed request; its time is what matters.
+    while (after := _request_ns(url, TINY.session_name))["success_count"] == finished["success_count"]:
+        assert time.monotonic() < deadline, "the server never answered the cancelled request"
+        time.sleep(0.05)
+    engine.close()
+    assert after["success_count"] == finished["success_count"] + 1
+    assert after["success_ns"] - finished["success_ns"] < 0.7 * full_run_ns  # stopped, not run to the end
+
+
 @pytest.fixture(scope="module")
 def small_cache_server(tmp_path_factory):
     """A server whose session model keeps one image, plus a model exported under another contract."""

@@ -1,0 +1,60 @@
+"""The embedding cache: keyed by content, bounded in megabytes, one encode per image."""
+
+import threading
+
+import numpy as np
+
+from triton_sam.embeddings import EmbeddingCache, content_signature
+from triton_sam.engines import create_engine
+from triton_sam.registry import get_model
+
+TINY = get_model("sam2.1_hiera_tiny")
+
+
+class CountingEngine:
+    """The real local engine, counting encodes."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.spec, self.encodes = engine, engine.spec, 0
+
+    def encode(self, image):
+        self.encodes += 1
+        return self.engine.encode(image)
+
+
+def _image(value: int) -> np.ndarray:
+    return np.full((1024, 1024, 3), value, np.uint8)
+
+
+def test_same_content_is_encoded_once_and_lru_bounded_in_megabytes(synthetic_repository):
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    per_image_mb = sum(4 * np.prod(s) for s in TINY.feature_shapes.values()) / 2**20
+    cache = EmbeddingCache(engine, max_mb=2.5 * per_image_mb)
+    first = cache.features(_image(10))
+    assert cache.features(_image(10).copy()) is first and engine.encodes == 1  # content, not identity
+    cache.features(_image(20))
+    cache.features(_image(10))  # touch: 20 is now the oldest
+    cache.features(_image(30))
+    assert len(cache) == 2 and cache.nbytes <= 2.5 * per_image_mb * 2**20
+    keys = {content_signature(_image(v), TINY.model_id) for v in (10, 20, 30)}
+    assert {k for k in keys if k in cache} == {content_signature(_image(v), TINY.model_id) for v in (10, 30)}
+    assert engine.encodes == 3
+
+
+def test_concurrent_requests_for_one_image_encode_it_once(synthetic_repository):
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    cache = EmbeddingCache(engine)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.features(_image(5)))) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert engine.encodes == 1 and all(r is results[0] for r in results)
+
+
+def test_the_signature_depends_on_content_and_model():
+    a = content_signature(_image(1), TINY.model_id)
+    assert a == content_signature(_image(1), TINY.model_id)
+    assert a != content_signature(_image(2), TINY.model_id)
+    assert a != content_signature(_image(1), "sam2.1_hiera_small")
