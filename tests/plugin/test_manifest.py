@@ -10,6 +10,7 @@ def test_manifest_is_registered_under_the_plugin_name():
     manifest = npe2.PluginManifest.from_distribution("triton-sam")
     assert manifest.name == "triton-sam"
     assert {s.key for s in manifest.contributions.sample_data} == {"coins", "coins_stack"}
+    assert [w.display_name for w in manifest.contributions.widgets] == ["Segment Anything"]
 
 
 @pytest.mark.parametrize("key, ndim", [("coins", 2), ("coins_stack", 3)])

@@ -1,0 +1,328 @@
+"""The triton-sam dock widget: connection settings, status, and the mouse/key wiring to the session.
+
+Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`).
+Encoding and connecting run in napari thread workers; previews arrive on a worker thread and are
+moved to the GUI thread before they touch a layer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import napari
+import numpy as np
+from napari.layers import Image
+from napari.qt.threading import create_worker
+from qtpy.QtCore import QSettings
+from qtpy.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+from superqt.utils import ensure_main_thread
+
+from ..engines import create_engine
+from ..engines.triton import default_url
+from ..registry import DEFAULT_MODEL, MODELS, get_model
+from ..repository import default_model_repository
+from ..session import InteractiveSession, Preview
+from . import layers
+
+BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
+KEYS = {  # checked against napari's own bindings in the tests
+    "commit": "Shift-C",
+    "discard": "Shift-X",
+    "undo": "Shift-U",
+    "cycle": "Shift-N",
+}
+NEGATIVE_MODIFIER = "Alt"  # Alt-click: negative point
+BOX_MODIFIER = "Control"  # Ctrl-drag: box
+CLICK_TOLERANCE_PX = 3.0
+
+
+def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
+    """Environment first, then what the user chose last time, then the default."""
+    return os.environ.get(env) or str(settings.value(key, default))
+
+
+class TritonSamWidget(QWidget):
+    """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit."""
+
+    def __init__(self, napari_viewer: napari.Viewer) -> None:
+        super().__init__()
+        self.viewer = napari_viewer
+        self.session: InteractiveSession | None = None
+        self.image: Image | None = None
+        self._index: tuple[int, ...] | None = None
+        self._encoding = None
+        self._settings = QSettings("triton-sam", "triton-sam")
+        self._build()
+        self.viewer.mouse_move_callbacks.append(self._on_move)
+        self.viewer.mouse_drag_callbacks.append(self._on_press)
+        self.viewer.dims.events.current_step.connect(self._on_step)
+        self.viewer.layers.events.inserted.connect(self._refresh_layers)
+        self.viewer.layers.events.removed.connect(self._refresh_layers)
+        self._bind_keys()
+        self._refresh_layers()
+
+    # --- form ---------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        s = self._settings
+        self.backend = QComboBox()
+        self.backend.addItems(list(BACKENDS))
+        chosen = _setting(s, "backend", "TRITON_SAM_BACKEND", "auto").lower()
+        self.backend.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
+        self.url = QLineEdit(_setting(s, "url", "TRITON_SAM_URL", default_url()))
+        self.api_key = QLineEdit(os.environ.get("TRITON_SAM_API_KEY", ""))
+        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.tls = QCheckBox("TLS")
+        self.tls.setChecked(str(s.value("tls", "false")) == "true")
+        self.model = QComboBox()
+        self.model.addItems(list(MODELS))
+        self.model.setCurrentText(_setting(s, "model", "TRITON_SAM_MODEL", DEFAULT_MODEL))
+        self.repository = QLineEdit(
+            _setting(s, "repository", "TRITON_SAM_MODEL_REPOSITORY", str(default_model_repository().resolve()))
+        )
+        self.layer = QComboBox()
+        self.start = QPushButton("Start")
+        self.start.clicked.connect(self.connect_engine)
+        self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
+        self.enabled.setChecked(True)
+        self.enabled.toggled.connect(self._on_enabled)
+        self.status = QLabel("Not started.")
+        self.status.setWordWrap(True)
+        keys = QLabel(
+            f"Hover: preview · click: add · {NEGATIVE_MODIFIER}-click: exclude · {BOX_MODIFIER}-drag: box<br>"
+            f"{KEYS['commit']}: commit · {KEYS['undo']}: undo prompt · {KEYS['cycle']}: next candidate · "
+            f"{KEYS['discard']}: discard"
+        )
+        keys.setWordWrap(True)
+
+        form = QFormLayout()
+        form.addRow("Backend", self.backend)
+        form.addRow("Triton URL", self.url)
+        form.addRow("API key", self.api_key)
+        form.addRow("", self.tls)
+        form.addRow("Model", self.model)
+        form.addRow("Model repository", self.repository)
+        form.addRow("Image layer", self.layer)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.start)
+        layout.addWidget(self.enabled)
+        layout.addWidget(self.status)
+        layout.addWidget(keys)
+        layout.addStretch()
+
+    def _refresh_layers(self, event=None) -> None:
+        current = self.layer.currentText()
+        names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
+        self.layer.clear()
+        self.layer.addItems(names)
+        active = self.viewer.layers.selection.active
+        preferred = current if current in names else getattr(active, "name", None)
+        if preferred in names:
+            self.layer.setCurrentText(preferred)
+
+    def _save_settings(self) -> None:
+        s = self._settings
+        s.setValue("backend", BACKENDS[self.backend.currentText()])
+        s.setValue("url", self.url.text())
+        s.setValue("tls", "true" if self.tls.isChecked() else "false")
+        s.setValue("model", self.model.currentText())
+        s.setValue("repository", self.repository.text())
+
+    def set_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    # --- engine and planes ----------------------------------------------------------------------
+
+    def connect_engine(self) -> None:
+        """Create the engine (off the GUI thread), then encode the plane on screen."""
+        if self.layer.currentText() not in self.viewer.layers:
+            self.set_status("Add an image layer first.")
+            return
+        self._save_settings()
+        self.image = self.viewer.layers[self.layer.currentText()]
+        options = {
+            "url": self.url.text().strip() or None,
+            "ssl": self.tls.isChecked(),
+            "api_key": self.api_key.text() or None,
+        }
+        backend = BACKENDS[self.backend.currentText()]
+        spec = get_model(self.model.currentText())
+        repository = Path(self.repository.text()).expanduser()
+        self.set_status(f"Connecting ({backend}) ...")
+        self.start.setEnabled(False)
+        worker = create_worker(
+            create_engine, spec, backend, repository, **(options if backend != "local" else {}), _start_thread=False
+        )
+        worker.returned.connect(self._engine_ready)
+        worker.errored.connect(self._failed)
+        worker.finished.connect(lambda: self.start.setEnabled(True))
+        worker.start()
+
+    def _engine_ready(self, engine) -> None:
+        if self.session is not None:
+            self.session.close()
+        self.session = InteractiveSession(engine, self._preview_ready, on_error=self._decode_failed)
+        self.preview = layers.preview_layer(self.viewer, self.image)
+        self.objects = layers.objects_layer(self.viewer, self.image)
+        self.session.next_object_id = int(np.max(self.objects.data)) + 1
+        self.viewer.layers.selection.active = self.image
+        self._index = None
+        self.set_status(f"{engine.describe()}: ready.")
+        self._on_step()
+
+    @ensure_main_thread
+    def _failed(self, error: Exception) -> None:
+        self.set_status(f"Error: {error}")
+
+    def _decode_failed(self, error: Exception) -> None:
+        self._failed(error)
+
+    def _on_step(self, event=None) -> None:
+        """The sliders moved: encode the plane now on screen (cached planes are instant)."""
+        if self.session is None or self.image is None or self.image not in self.viewer.layers:
+            return
+        index = layers.plane_index(self.image, self.viewer.dims.point)
+        if index == self._index:
+            return
+        self._index = index
+        self.session.leave()
+        layers.show_preview(self.preview, None)
+        key = layers.plane_key(self.image, index)
+        data = layers.plane_data(self.image, index)
+        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
+        self.set_status(f"Encoding plane {index or '(2D)'} ...")
+        started = time.perf_counter()
+        worker = create_worker(
+            self.session.set_plane, key, data, contrast, _progress={"desc": "triton-sam: encoding"}, _start_thread=False
+        )
+        worker.returned.connect(lambda _: self._plane_ready(index, time.perf_counter() - started))
+        worker.errored.connect(self._failed)
+        self._encoding = worker
+        worker.start()
+
+    def _plane_ready(self, index, seconds: float) -> None:
+        if index == self._index:
+            self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
+
+    @property
+    def ready(self) -> bool:
+        """A plane is encoded and it is the one on screen."""
+        return (
+            self.session is not None
+            and self._index is not None
+            and self.session.plane == layers.plane_key(self.image, self._index)
+        )
+
+    # --- mouse and keys -------------------------------------------------------------------------
+
+    def _active(self) -> bool:
+        return self.enabled.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
+
+    def _on_move(self, viewer, event) -> None:
+        if not self._active():
+            return
+        x, y = layers.image_xy(self.image, event.position)
+        self.session.hover(x, y)
+        height, width = layers.plane_shape(self.image)
+        if not (0 <= x < width and 0 <= y < height):
+            layers.show_preview(self.preview, None)
+
+    def _on_press(self, viewer, event):
+        if not self._active() or event.button != 1:
+            return
+        start = np.asarray(event.position, float)
+        box = BOX_MODIFIER in event.modifiers
+        if box:
+            viewer.camera.mouse_pan = False
+        yield
+        moved = False
+        while event.type == "mouse_move":
+            moved = moved or np.abs(np.asarray(event.position) - start).max() * viewer.camera.zoom > CLICK_TOLERANCE_PX
+            yield
+        if box:
+            viewer.camera.mouse_pan = True
+            (x0, y0), (x1, y1) = layers.image_xy(self.image, start), layers.image_xy(self.image, event.position)
+            self.session.set_box(x0, y0, x1, y1)
+        elif not moved:
+            x, y = layers.image_xy(self.image, event.position)
+            self.session.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
+
+    def _bind_keys(self) -> None:
+        actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
+        for name, key in KEYS.items():
+            self.viewer.bind_key(key, lambda viewer, action=actions[name]: action(), overwrite=True)
+
+    def _on_enabled(self, on: bool) -> None:
+        if not on and self.session is not None:
+            self.session.leave()
+            layers.show_preview(self.preview, None)
+
+    def commit(self) -> None:
+        """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
+        if not self._active():
+            return
+        index = self._index
+        worker = create_worker(self.session.commit, _start_thread=False)
+        worker.returned.connect(lambda committed: self._write(committed, index))
+        worker.errored.connect(self._failed)
+        worker.start()
+
+    def _write(self, committed, index) -> None:
+        if committed is None:
+            self.set_status("Nothing to commit: hover over an object or click on it first.")
+            return
+        written = layers.write_object(self.objects, index, committed.mask, committed.object_id)
+        self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
+
+    def discard(self) -> None:
+        if self._active():
+            self.session.discard()
+
+    def undo(self) -> None:
+        if self._active():
+            self.session.undo()
+
+    def cycle(self) -> None:
+        if self._active():
+            self.session.cycle_candidate()
+
+    # --- previews -------------------------------------------------------------------------------
+
+    @ensure_main_thread
+    def _preview_ready(self, preview: Preview | None) -> None:
+        """Show a preview if it is for the plane on screen and still the newest."""
+        if self.session is None or self.image is None or self.preview not in self.viewer.layers:
+            return
+        if preview is not None:
+            if not self.ready or preview.plane != self.session.plane:
+                return
+            if preview.point is not None and not self.session.decoder.is_current(preview.seq):
+                return
+        layers.show_preview(self.preview, None if preview is None else preview.mask)
+        stats = self.session.decoder.stats
+        if preview is not None and stats.latencies_s:
+            self.set_status(
+                f"{self.session.engine.describe()} · last preview {stats.latencies_s[-1] * 1000:.0f} ms · "
+                f"{stats.delivered} shown / {stats.sent} sent / {stats.events} moves"
+            )
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.close_session()
+        super().closeEvent(event)
+
+    def close_session(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None

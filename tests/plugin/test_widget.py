@@ -1,0 +1,181 @@
+"""The dock widget in a real napari viewer under Xvfb, driven by real Qt mouse and key events."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from synthetic import disk_image
+from triton_sam import Predictor
+
+napari = pytest.importorskip("napari")
+from qtpy.QtCore import QEvent, QPoint, QPointF, Qt  # noqa: E402
+from qtpy.QtGui import QMouseEvent  # noqa: E402
+from qtpy.QtWidgets import QApplication  # noqa: E402
+
+from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin.widget import KEYS, TritonSamWidget  # noqa: E402
+
+H, W = 240, 400
+DISKS = [(80, 80, 40), (300, 150, 50)]
+
+
+def _canvas(viewer):
+    return viewer.window._qt_viewer.canvas  # the vispy canvas: tests need its Qt widget
+
+
+def _to_canvas(viewer, world_yx) -> QPointF:
+    """Canvas pixel of a 2D world point (napari's 2D camera: centre + zoom)."""
+    native = _canvas(viewer).native
+    center = np.asarray(viewer.camera.center[-2:])
+    yx = (np.asarray(world_yx) - center) * viewer.camera.zoom + np.array([native.height(), native.width()]) / 2
+    return QPointF(float(yx[1]), float(yx[0]))
+
+
+def _send(viewer, kind, pos: QPointF, button=Qt.MouseButton.NoButton, buttons=Qt.MouseButton.NoButton, modifiers=Qt.KeyboardModifier.NoModifier):
+    native = _canvas(viewer).native
+    event = QMouseEvent(kind, pos, native.mapToGlobal(pos), button, buttons, modifiers)
+    QApplication.sendEvent(native, event)
+
+
+def move(viewer, world_yx) -> None:
+    _send(viewer, QEvent.Type.MouseMove, _to_canvas(viewer, world_yx))
+
+
+def click(viewer, world_yx, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
+    pos = _to_canvas(viewer, world_yx)
+    left = Qt.MouseButton.LeftButton
+    _send(viewer, QEvent.Type.MouseButtonPress, pos, left, left, modifiers)
+    _send(viewer, QEvent.Type.MouseButtonRelease, pos, left, Qt.MouseButton.NoButton, modifiers)
+
+
+def world(layer, x: float, y: float) -> np.ndarray:
+    """World (y, x) of image pixel (x, y) of a 2D layer."""
+    return np.asarray(layer.data_to_world([y, x]))
+
+
+@pytest.fixture(autouse=True)
+def private_settings(tmp_path):
+    """Keep the widget's saved settings away from the user's own."""
+    from qtpy.QtCore import QSettings
+
+    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, str(tmp_path))
+
+
+@pytest.fixture
+def viewer(make_napari_viewer):
+    viewer = make_napari_viewer(show=True)  # a hidden canvas gets no mouse events
+    viewer.window._qt_window.resize(1000, 700)
+    return viewer
+
+
+def start(qtbot, viewer, backend: str = "Local", **fields) -> TritonSamWidget:
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.backend.setCurrentText(backend)
+    for name, value in fields.items():
+        getattr(widget, name).setText(str(value))
+    widget.connect_engine()
+    qtbot.waitUntil(lambda: widget.ready, timeout=30000)
+    return widget
+
+
+def test_the_dock_widget_opens_by_plugin_name(viewer):
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    assert isinstance(widget, TritonSamWidget)
+    widget.close_session()
+
+
+def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS), scale=(0.5, 2.0), translate=(10.0, -30.0))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    assert tuple(preview.scale) == (0.5, 2.0) and tuple(preview.translate) == (10.0, -30.0)
+
+    move(viewer, world(image, 300, 150))
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(image.data)
+        x, y = widget.session._last_hover
+        expected, _, _ = predictor.predict(point_coords=[[x, y]], point_labels=[1], multimask_output=False)
+    np.testing.assert_array_equal(preview.data.astype(bool), expected[0])
+    assert not preview.data[80, 80]
+
+    move(viewer, world(image, -40, 150))  # off the image: the preview goes
+    qtbot.waitUntil(lambda: not preview.data.any(), timeout=5000)
+    widget.close_session()
+
+
+def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    click(viewer, world(image, 80, 80))
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    objects = viewer.layers[layers.OBJECTS_NAME]
+    qtbot.waitUntil(lambda: objects.data[80, 80] == 1, timeout=10000)
+    assert not objects.data[150, 300] and widget.session.next_object_id == 2
+    objects.undo()
+    assert not objects.data.any()
+    widget.close_session()
+
+
+def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another_plane(qtbot, viewer, synthetic_repository):
+    stack = np.stack([disk_image(H, W, [(80, 80, 40)]), disk_image(H, W, [(300, 150, 50)])])
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 0)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 80, 80)[-2:])
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
+
+    viewer.dims.set_current_step(0, 1)
+    assert not preview.data.any()  # cleared at once: never another plane's mask
+    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
+    move(viewer, world(image, 300, 150)[-2:])
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+    assert not preview.data[80, 80]
+
+    hits = widget.session.cache.hits
+    viewer.dims.set_current_step(0, 0)
+    qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
+    assert widget.session.cache.hits == hits + 1  # plane 0 came back from the cache
+    widget.close_session()
+
+
+def test_the_triton_backend_against_a_local_server(qtbot, viewer, synthetic_server):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, backend="Triton", url=synthetic_server.grpc_url)
+    assert widget.session.engine.describe().startswith("Triton at")
+    move(viewer, world(image, 300, 150))
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+    widget.close_session()
+
+
+def test_settings_come_from_the_environment_first(monkeypatch, viewer):
+    monkeypatch.setenv("TRITON_SAM_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_SAM_URL", "gpu-box:8001")
+    monkeypatch.setenv("TRITON_SAM_MODEL", "sam2.1_hiera_small")
+    widget = TritonSamWidget(viewer)
+    assert widget.backend.currentText() == "Triton" and widget.url.text() == "gpu-box:8001"
+    assert widget.model.currentText() == "sam2.1_hiera_small"
+
+
+def test_our_keys_do_not_collide_with_napari_defaults(viewer):
+    from napari.layers import Image, Labels, Points, Shapes, Surface, Tracks, Vectors
+    from napari.utils.key_bindings import coerce_keybinding
+
+    ours = {coerce_keybinding(key) for key in KEYS.values()}
+    taken = set()
+    for keymap in [viewer.keymap] + [cls.class_keymap for cls in (Image, Labels, Points, Shapes, Surface, Tracks, Vectors)]:
+        taken |= {coerce_keybinding(key) for key in keymap}
+    from napari._app_model import get_app_model  # napari's own menu/action shortcuts
+
+    for binding in get_app_model().keybindings:
+        taken.add(coerce_keybinding(binding.keybinding))
+    assert not ours & taken
