@@ -121,3 +121,19 @@ def test_an_api_key_locks_every_endpoint_and_the_client_sends_it(synthetic_repos
         assert status == 200
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{server.ports['http']}/v2/health/ready")
+
+
+def test_a_partially_exported_repository_still_serves_what_is_there(tmp_path):
+    require_server_env()
+    repository = write_repository(TINY, tmp_path / "repo")
+    large = get_model("sam2.1_hiera_large")
+    broken = repository / large.encoder_name
+    (broken / "1").mkdir(parents=True)
+    (broken / "1" / "model.onnx").write_bytes(b"not an onnx file")  # an export that was cut short
+    (broken / "config.pbtxt").write_text(encoder_config(large))
+    with LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port()) as server:
+        with Predictor(backend="triton", url=server.grpc_url) as predictor:
+            predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
+            masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
+        assert masks[1][100, 100]
+        assert f"failed to load '{large.encoder_name}'" in server.log_tail(400)
