@@ -179,3 +179,53 @@ def test_our_keys_do_not_collide_with_napari_defaults(viewer):
     for binding in get_app_model().keybindings:
         taken.add(coerce_keybinding(binding.keybinding))
     assert not ours & taken
+
+
+def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.backend.setCurrentText("Local")
+    widget.repository.setText(str(synthetic_repository))
+    widget.find_models()
+    qtbot.waitUntil(lambda: widget.status.text().startswith("Local repository"), timeout=10000)
+    assert [widget.model.itemText(i) for i in range(widget.model.count())] == ["sam2.1_hiera_tiny"]
+    widget.backend.setCurrentText("Triton")
+    widget.url.setText(synthetic_server.grpc_url)
+    widget.find_models()
+    qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=10000)
+    assert widget.model.currentText() == "sam2.1_hiera_tiny"
+
+
+def test_neighbouring_planes_are_encoded_ahead(qtbot, viewer, synthetic_repository):
+    stack = np.stack([disk_image(H, W, [(40 + 60 * i, 80, 30)]) for i in range(3)])
+    viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 1)
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    qtbot.waitUntil(lambda: len(widget.session.cache) == 3, timeout=30000)  # planes 0 and 2 too
+    viewer.dims.set_current_step(0, 2)
+    qtbot.waitUntil(lambda: widget.ready and widget._index == (2,), timeout=10000)
+    assert widget.session.cache.misses == 3  # no new encode for the plane that was guessed
+
+
+def test_rgb_image_and_ctrl_drag_box(qtbot, viewer, synthetic_repository):
+    gray = disk_image(H, W, DISKS)
+    image = viewer.add_image(np.stack([gray, gray, gray], axis=-1), rgb=True)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    ctrl, left = Qt.KeyboardModifier.ControlModifier, Qt.MouseButton.LeftButton
+    start_pos, end_pos = _to_canvas(viewer, world(image, 250, 100)), _to_canvas(viewer, world(image, 350, 200))
+    _send(viewer, QEvent.Type.MouseButtonPress, start_pos, left, left, ctrl)
+    for t in np.linspace(0, 1, 6)[1:]:
+        _send(viewer, QEvent.Type.MouseMove, start_pos + (end_pos - start_pos) * float(t), left, left, ctrl)
+    _send(viewer, QEvent.Type.MouseButtonRelease, end_pos, left, Qt.MouseButton.NoButton, ctrl)
+    qtbot.waitUntil(lambda: widget.session.object.box is not None, timeout=5000)
+    x0, y0, x1, y1 = widget.session.object.box
+    assert abs(x0 - 250) < 3 and abs(y0 - 100) < 3 and abs(x1 - 350) < 3 and abs(y1 - 200) < 3
+    assert viewer.camera.mouse_pan  # handed back after the drag
+    obj = widget.session.object
+    qtbot.waitUntil(lambda: obj.decoded_version == obj.version, timeout=10000)
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(image.data)
+        masks, scores, _ = predictor.predict(box=np.array(obj.box))
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    qtbot.waitUntil(lambda: np.array_equal(preview.data.astype(bool), masks[int(np.argmax(scores))]), timeout=10000)
+    widget.close_session()

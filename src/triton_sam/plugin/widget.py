@@ -31,7 +31,7 @@ from superqt.utils import ensure_main_thread
 from ..engines import create_engine
 from ..engines.triton import default_url
 from ..registry import DEFAULT_MODEL, MODELS, get_model
-from ..repository import default_model_repository
+from ..repository import default_model_repository, exported_models
 from ..session import InteractiveSession, Preview
 from . import layers
 
@@ -50,6 +50,25 @@ CLICK_TOLERANCE_PX = 3.0
 def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
     """Environment first, then what the user chose last time, then the default."""
     return os.environ.get(env) or str(settings.value(key, default))
+
+
+def offered_models(
+    backend: str, url: str | None, api_key: str | None, ssl: bool, repository: Path
+) -> tuple[str, list[str]]:
+    """(where, model ids) a backend can serve: the Triton server's, else the local repository's."""
+    if backend != "local":
+        from ..engines.triton import TritonClient, served_models
+        from ..errors import ServerUnavailableError
+
+        client = TritonClient(url, ssl=ssl, api_key=api_key, timeout_s=3.0)
+        try:
+            return f"Triton at {client.url}", served_models(client)
+        except ServerUnavailableError:
+            if backend == "triton":
+                raise
+        finally:
+            client.close()
+    return f"Local repository {repository}", exported_models(repository)
 
 
 class TritonSamWidget(QWidget):
@@ -92,6 +111,8 @@ class TritonSamWidget(QWidget):
             _setting(s, "repository", "TRITON_SAM_MODEL_REPOSITORY", str(default_model_repository().resolve()))
         )
         self.layer = QComboBox()
+        self.refresh = QPushButton("Find models")
+        self.refresh.clicked.connect(self.find_models)
         self.start = QPushButton("Start")
         self.start.clicked.connect(self.connect_engine)
         self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
@@ -112,6 +133,7 @@ class TritonSamWidget(QWidget):
         form.addRow("API key", self.api_key)
         form.addRow("", self.tls)
         form.addRow("Model", self.model)
+        form.addRow("", self.refresh)
         form.addRow("Model repository", self.repository)
         form.addRow("Image layer", self.layer)
         layout = QVBoxLayout(self)
@@ -142,6 +164,31 @@ class TritonSamWidget(QWidget):
 
     def set_status(self, text: str) -> None:
         self.status.setText(text)
+
+    def find_models(self) -> None:
+        """Fill the model list with what the server (or the local repository) offers."""
+        backend = BACKENDS[self.backend.currentText()]
+        worker = create_worker(
+            offered_models,
+            backend,
+            self.url.text().strip() or None,
+            self.api_key.text() or None,
+            self.tls.isChecked(),
+            Path(self.repository.text()).expanduser(),
+            _start_thread=False,
+        )
+        worker.returned.connect(self._models_found)
+        worker.errored.connect(self._failed)
+        worker.start()
+
+    def _models_found(self, found: tuple[str, list[str]]) -> None:
+        where, models = found
+        current = self.model.currentText()
+        self.model.clear()
+        self.model.addItems(models or list(MODELS))
+        if current in models or not models:
+            self.model.setCurrentText(current)
+        self.set_status(f"{where}: {', '.join(models) if models else 'no exported models'}.")
 
     # --- engine and planes ----------------------------------------------------------------------
 
@@ -213,8 +260,32 @@ class TritonSamWidget(QWidget):
         worker.start()
 
     def _plane_ready(self, index, seconds: float) -> None:
-        if index == self._index:
-            self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
+        if index != self._index:
+            return
+        self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
+        self._prefetch_neighbours(index)
+
+    def _prefetch_neighbours(self, index: tuple[int, ...]) -> None:
+        """Encode the planes one step away on each slider in the background (cached by content)."""
+        shape = self.image.data.shape[: self.image.ndim - 2]
+        neighbours = [
+            index[:axis] + (index[axis] + step,) + index[axis + 1 :]
+            for axis in range(len(index))
+            for step in (1, -1)
+            if 0 <= index[axis] + step < shape[axis]
+        ]
+        if not neighbours:
+            return
+        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
+        session, image = self.session, self.image
+
+        def prefetch():
+            for neighbour in neighbours:
+                if session is not self.session or self._index != index:
+                    return  # the user moved on: stop guessing
+                session.prefetch(layers.plane_data(image, neighbour), contrast)
+
+        create_worker(prefetch, _ignore_errors=True, _start_thread=False).start()
 
     @property
     def ready(self) -> bool:
