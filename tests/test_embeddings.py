@@ -16,6 +16,7 @@ class CountingEngine:
 
     def __init__(self, engine) -> None:
         self.engine, self.spec, self.encodes = engine, engine.spec, 0
+        self.weights_id = engine.weights_id
 
     def encode(self, image):
         self.encodes += 1
@@ -58,3 +59,27 @@ def test_the_signature_depends_on_content_and_model():
     assert a == content_signature(_image(1), TINY.model_id)
     assert a != content_signature(_image(2), TINY.model_id)
     assert a != content_signature(_image(1), "sam2.1_hiera_small")
+
+
+def test_the_disk_cache_makes_a_new_session_instant_and_is_keyed_by_weights(synthetic_repository, tmp_path):
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    engine.weights_id = "synthetic-a"
+    first = EmbeddingCache(engine, disk_dir=tmp_path).features(_image(7))
+    again = EmbeddingCache(engine, disk_dir=tmp_path)  # a new session, same weights
+    features = again.features(_image(7))
+    assert engine.encodes == 1 and again.disk_hits == 1
+    for name, array in first.arrays.items():
+        np.testing.assert_array_equal(features.arrays[name], array)
+    engine.weights_id = "synthetic-b"  # other weights: never reuse their features
+    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(7))
+    assert engine.encodes == 2
+
+
+def test_a_corrupt_cache_file_is_encoded_again(synthetic_repository, tmp_path):
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    engine.weights_id = "synthetic"
+    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9))
+    (cached,) = (tmp_path / "synthetic").glob("*.npz")
+    cached.write_bytes(b"garbage")
+    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9))
+    assert engine.encodes == 2

@@ -94,6 +94,13 @@ def _cmd_bench_hover(args) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _cmd_bench_gui(args) -> None:
+    from .plugin import responsiveness
+
+    result = responsiveness.run(args.model, shape=tuple(args.shape), hover_s=args.duration)
+    print(json.dumps(result, indent=2))
+
+
 def _cmd_bench(args) -> None:
     from .bench import predictor
 
@@ -221,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
     bench_hover.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_hover.set_defaults(func=_cmd_bench_hover)
+    bench_gui = kinds.add_parser("gui", help="napari event-loop stalls while encoding and hovering (needs a display)")
+    bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_gui.add_argument("--duration", type=float, default=3.0, help="seconds of hovering")
+    bench_gui.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    bench_gui.set_defaults(func=_cmd_bench_gui)
     return parser
 
 

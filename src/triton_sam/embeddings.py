@@ -1,14 +1,19 @@
 """Image embeddings cached by a content signature, so that an image plane is encoded once.
 
 The key is a hash of the model input (the resized uint8 image) and the model id: the same plane
-shown with the same contrast hits the cache whatever layer or file it came from.
+shown with the same contrast hits the cache whatever layer or file it came from. Optionally the
+features are also kept on disk (one `.npz` per image, under the weights' id), so that reopening a
+dataset is instant; features a server keeps are not written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 import threading
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 
@@ -30,9 +35,12 @@ class EmbeddingCache:
     Concurrent requests for the same image encode it once: later callers wait for the first.
     """
 
-    def __init__(self, engine: Engine, max_mb: float = DEFAULT_CACHE_MB) -> None:
+    def __init__(self, engine: Engine, max_mb: float = DEFAULT_CACHE_MB, disk_dir: str | Path | None = None) -> None:
         self.engine = engine
         self.max_bytes = int(max_mb * 2**20)
+        weights = engine.weights_id
+        self.disk_dir = Path(disk_dir) / weights if disk_dir is not None and weights else None
+        self.disk_hits = 0
         self._items: OrderedDict[str, ImageFeatures] = OrderedDict()
         self._encoding: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -68,7 +76,10 @@ class EmbeddingCache:
                     break
             busy.wait()
         try:
-            features = self.engine.encode(model_input)
+            features = self._load(key)
+            if features is None:
+                features = self.engine.encode(model_input)
+                self._save(key, features)
             with self._lock:
                 self._items[key] = features
                 self._evict()
@@ -76,6 +87,27 @@ class EmbeddingCache:
         finally:
             with self._lock:
                 self._encoding.pop(key).set()
+
+    def _load(self, key: str) -> ImageFeatures | None:
+        if self.disk_dir is None or not (self.disk_dir / f"{key}.npz").is_file():
+            return None
+        try:
+            with np.load(self.disk_dir / f"{key}.npz") as stored:
+                features = ImageFeatures({name: stored[name] for name in stored.files})
+        except (OSError, ValueError):
+            return None  # unreadable: encode again and overwrite
+        self.disk_hits += 1
+        return features
+
+    def _save(self, key: str, features: ImageFeatures) -> None:
+        """Write features atomically (temp file + rename); server-side features have nothing to write."""
+        if self.disk_dir is None or not features.arrays:
+            return
+        self.disk_dir.mkdir(parents=True, exist_ok=True)
+        handle, temp = tempfile.mkstemp(dir=self.disk_dir, suffix=".tmp")
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **features.arrays)
+        os.replace(temp, self.disk_dir / f"{key}.npz")
 
     def _evict(self) -> None:
         total = sum(f.nbytes for f in self._items.values())

@@ -27,12 +27,20 @@ IMAGE = disk_image(300, 400, [(100, 100, 50), (300, 200, 40)])
 
 
 def _stats(url: str, model: str) -> dict:
+    """Triton's execution counts for `model`, once they stop changing (the server updates them
+    just after it answers, so a read right after a call can miss that call)."""
     client = grpcclient.InferenceServerClient(url)
     try:
-        (stats,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+        previous = None
+        while True:
+            (stats,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+            counts = {"executions": int(stats.get("execution_count", 0)), "inferences": int(stats.get("inference_count", 0))}
+            if counts == previous:
+                return counts
+            previous = counts
+            time.sleep(0.1)
     finally:
         client.close()
-    return {"executions": int(stats.get("execution_count", 0)), "inferences": int(stats.get("inference_count", 0))}
 
 
 def _one_point(x: float = 100, y: float = 100) -> dict:

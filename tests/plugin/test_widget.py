@@ -229,3 +229,19 @@ def test_rgb_image_and_ctrl_drag_box(qtbot, viewer, synthetic_repository):
     preview = viewer.layers[layers.PREVIEW_NAME]
     qtbot.waitUntil(lambda: np.array_equal(preview.data.astype(bool), masks[int(np.argmax(scores))]), timeout=10000)
     widget.close_session()
+
+
+def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, viewer, synthetic_repository):
+    stack = np.stack([disk_image(H, W, [(40 + 10 * i, 80, 30)]) for i in range(40)])
+    viewer.add_image(stack)
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    widget.toggle_encode_all()
+    qtbot.waitUntil(lambda: len(widget.session.cache) >= 5, timeout=30000)
+    widget.toggle_encode_all()  # stop
+    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=30000)
+    stopped_at = len(widget.session.cache)
+    assert stopped_at < 40 and widget.encode_all.text() == "Encode all planes"
+    widget.toggle_encode_all()  # run to the end this time
+    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=60000)
+    assert len(widget.session.cache) == 40
+    widget.close_session()

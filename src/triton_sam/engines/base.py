@@ -91,6 +91,11 @@ class Engine(ABC):
     ) -> DecodeResult:
         """Decode prompts against features from `encode`; raises DecodeCancelled if cancelled."""
 
+    @property
+    def weights_id(self) -> str | None:
+        """Names the weights behind this engine's features (for caches that outlive it); None if unknown."""
+        return None
+
     def describe(self) -> str:
         """One line for status displays: where this engine runs."""
         return type(self).__name__

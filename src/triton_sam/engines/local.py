@@ -24,6 +24,7 @@ class LocalEngine(Engine):
         trt_cache_dir: str | None = None,
     ) -> None:
         self.spec = exported.spec
+        self._metadata = exported.metadata
         providers = providers or usable_providers()
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -35,6 +36,13 @@ class LocalEngine(Engine):
     def providers(self) -> list[str]:
         """Providers the sessions actually run on (first = preferred)."""
         return self._encoder.get_providers()
+
+    @property
+    def weights_id(self) -> str | None:
+        weights = self._metadata.get("checkpoint_sha256") or (
+            f"seed-{self._metadata['seed']}" if "seed" in self._metadata else None
+        )
+        return f"{self.spec.model_id}-{weights}" if weights else None
 
     def describe(self) -> str:
         device = self.providers[0].removesuffix("ExecutionProvider")

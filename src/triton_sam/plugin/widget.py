@@ -15,6 +15,7 @@ import napari
 import numpy as np
 from napari.layers import Image
 from napari.qt.threading import create_worker
+from platformdirs import user_cache_dir
 from qtpy.QtCore import QSettings
 from qtpy.QtWidgets import (
     QCheckBox,
@@ -28,6 +29,7 @@ from qtpy.QtWidgets import (
 )
 from superqt.utils import ensure_main_thread
 
+from ..embeddings import EmbeddingCache
 from ..engines import create_engine
 from ..engines.triton import default_url
 from ..registry import DEFAULT_MODEL, MODELS, get_model
@@ -115,6 +117,11 @@ class TritonSamWidget(QWidget):
         self.refresh.clicked.connect(self.find_models)
         self.start = QPushButton("Start")
         self.start.clicked.connect(self.connect_engine)
+        self.disk_cache = QCheckBox("Keep embeddings on disk")
+        self.disk_cache.setChecked(str(s.value("disk_cache", "true")) == "true")
+        self.encode_all = QPushButton("Encode all planes")
+        self.encode_all.clicked.connect(self.toggle_encode_all)
+        self._encode_all_worker = None
         self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
         self.enabled.setChecked(True)
         self.enabled.toggled.connect(self._on_enabled)
@@ -138,7 +145,9 @@ class TritonSamWidget(QWidget):
         form.addRow("Image layer", self.layer)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.disk_cache)
         layout.addWidget(self.start)
+        layout.addWidget(self.encode_all)
         layout.addWidget(self.enabled)
         layout.addWidget(self.status)
         layout.addWidget(keys)
@@ -161,6 +170,7 @@ class TritonSamWidget(QWidget):
         s.setValue("tls", "true" if self.tls.isChecked() else "false")
         s.setValue("model", self.model.currentText())
         s.setValue("repository", self.repository.text())
+        s.setValue("disk_cache", "true" if self.disk_cache.isChecked() else "false")
 
     def set_status(self, text: str) -> None:
         self.status.setText(text)
@@ -220,7 +230,9 @@ class TritonSamWidget(QWidget):
     def _engine_ready(self, engine) -> None:
         if self.session is not None:
             self.session.close()
-        self.session = InteractiveSession(engine, self._preview_ready, on_error=self._decode_failed)
+        disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
+        cache = EmbeddingCache(engine, disk_dir=disk_dir)
+        self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._decode_failed)
         self.preview = layers.preview_layer(self.viewer, self.image)
         self.objects = layers.objects_layer(self.viewer, self.image)
         self.session.next_object_id = int(np.max(self.objects.data)) + 1
@@ -286,6 +298,38 @@ class TritonSamWidget(QWidget):
                 session.prefetch(layers.plane_data(image, neighbour), contrast)
 
         create_worker(prefetch, _ignore_errors=True, _start_thread=False).start()
+
+    def toggle_encode_all(self) -> None:
+        """Encode every plane of the layer in the background (with progress); pressed again, stop."""
+        if self._encode_all_worker is not None:
+            self._encode_all_worker.quit()
+            return
+        if self.session is None:
+            self.set_status("Press Start first.")
+            return
+        shape = self.image.data.shape[: self.image.ndim - 2]
+        indices = list(np.ndindex(*shape))
+        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
+        session, image = self.session, self.image
+
+        def encode_all():
+            for done, index in enumerate(indices, 1):
+                session.prefetch(layers.plane_data(image, index), contrast)
+                yield done
+
+        worker = create_worker(
+            encode_all, _progress={"total": len(indices), "desc": "triton-sam: encoding all planes"}, _start_thread=False
+        )
+        worker.yielded.connect(lambda done: self.set_status(f"Encoded {done} of {len(indices)} planes."))
+        worker.finished.connect(self._encode_all_finished)
+        worker.errored.connect(self._failed)
+        self._encode_all_worker = worker
+        self.encode_all.setText("Stop encoding")
+        worker.start()
+
+    def _encode_all_finished(self) -> None:
+        self._encode_all_worker = None
+        self.encode_all.setText("Encode all planes")
 
     @property
     def ready(self) -> bool:
