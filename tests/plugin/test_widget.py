@@ -114,6 +114,7 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     preview = viewer.layers[layers.PREVIEW_NAME]
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: layers.OBJECTS_NAME in viewer.layers, timeout=10000)  # made at the first commit
     objects = viewer.layers[layers.OBJECTS_NAME]
     qtbot.waitUntil(lambda: objects.data[80, 80] == 1, timeout=10000)
     assert not objects.data[150, 300] and widget.session.next_object_id == 2
@@ -142,7 +143,7 @@ def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another
     hits = widget.session.cache.hits
     viewer.dims.set_current_step(0, 0)
     qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
-    assert widget.session.cache.hits == hits + 1  # plane 0 came back from the cache
+    assert widget.session.cache.hits > hits and widget.session.cache.misses == 2  # from the cache
     widget.close_session()
 
 

@@ -60,12 +60,21 @@ def preview_layer(viewer, image: Image) -> Labels:
     )
 
 
-def objects_layer(viewer, image: Image) -> Labels:
-    """The output Labels layer for committed objects (same shape as the image's data axes)."""
+def existing_objects_layer(viewer, image: Image) -> Labels | None:
+    """The output Labels layer for `image`, if there is one already."""
     shape = image.data.shape[: image.ndim]
     for layer in viewer.layers:
         if layer.name == OBJECTS_NAME and isinstance(layer, Labels) and layer.data.shape == shape:
             return layer
+    return None
+
+
+def objects_layer(viewer, image: Image) -> Labels:
+    """The output Labels layer for committed objects (same shape as the image's data axes)."""
+    shape = image.data.shape[: image.ndim]
+    existing = existing_objects_layer(viewer, image)
+    if existing is not None:
+        return existing
     return viewer.add_labels(
         np.zeros(shape, np.uint32), name=OBJECTS_NAME, scale=image.scale, translate=image.translate
     )

@@ -234,8 +234,8 @@ class TritonSamWidget(QWidget):
         cache = EmbeddingCache(engine, disk_dir=disk_dir)
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._decode_failed)
         self.preview = layers.preview_layer(self.viewer, self.image)
-        self.objects = layers.objects_layer(self.viewer, self.image)
-        self.session.next_object_id = int(np.max(self.objects.data)) + 1
+        existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
+        self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
         self._index = None
         self.set_status(f"{engine.describe()}: ready.")
@@ -398,7 +398,8 @@ class TritonSamWidget(QWidget):
         if committed is None:
             self.set_status("Nothing to commit: hover over an object or click on it first.")
             return
-        written = layers.write_object(self.objects, index, committed.mask, committed.object_id)
+        objects = layers.objects_layer(self.viewer, self.image)
+        written = layers.write_object(objects, index, committed.mask, committed.object_id)
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:
