@@ -159,8 +159,9 @@ class OnnxModel:
 class SessionModel:
     """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks).
 
-    Decodes that arrive together (dynamic batching) with the same number of points run as one
-    decoder call, which is where batching pays off on a GPU.
+    On a GPU, decodes that arrive together (dynamic batching) with the same number of points run
+    as one decoder call. On a CPU each runs alone: there a batch costs as much compute as its rows
+    and copies every row's features (measured: 16 clients got 5.7 decodes/s batched, 17.3 alone).
     """
 
     def __init__(self, repository: Path, params: dict) -> None:
@@ -170,6 +171,7 @@ class SessionModel:
         low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
         self.low_res = low_res if isinstance(low_res, int) else 256
         self.cache = FeatureCache(int(params.get("cache_size", "16")))
+        self.batch_decodes = "CUDAExecutionProvider" in self.decoder.get_providers()
 
     def run(self, requests) -> list:
         responses = {}
@@ -184,8 +186,10 @@ class SessionModel:
                 responses[id(request)] = _failure(error)
                 continue
             key = (feeds["point_coords"].shape[1], tuple(_wanted(request, DECODE_OUTPUTS)))
+            if not self.batch_decodes:
+                key += (id(request),)
             groups.setdefault(key, []).append((id(request), request, feeds))
-        for (_, wanted), members in groups.items():
+        for (_, wanted, *_), members in groups.items():
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
 
