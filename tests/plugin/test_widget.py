@@ -123,6 +123,23 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     widget.close_session()
 
 
+def test_it_works_whichever_layer_is_active_and_alt_click_excludes(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    other = viewer.add_labels(np.zeros((H, W), np.uint8), name="someone else's labels")
+    viewer.layers.selection.active = other
+    click(viewer, world(image, 80, 80))
+    click(viewer, world(image, 300, 150), Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: len(widget.session.object.labels) == 2, timeout=5000)
+    assert widget.session.object.labels == [1, 0]
+    assert not other.data.any()  # pan/zoom mode: napari's tool did nothing to it
+    move(viewer, world(image, 300, 150))
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    qtbot.waitUntil(lambda: preview.data.any(), timeout=10000)
+    widget.close_session()
+
+
 def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another_plane(qtbot, viewer, synthetic_repository):
     stack = np.stack([disk_image(H, W, [(80, 80, 40)]), disk_image(H, W, [(300, 150, 50)])])
     image = viewer.add_image(stack)

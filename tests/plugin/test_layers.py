@@ -1,0 +1,38 @@
+"""Layer adapters: plane indices, coordinates, and writing objects without losing annotations."""
+
+import numpy as np
+import pytest
+
+napari = pytest.importorskip("napari")
+from napari.layers import Image, Labels  # noqa: E402
+
+from triton_sam.plugin import layers  # noqa: E402
+
+
+def test_plane_index_and_pixel_coordinates_follow_scale_and_translate():
+    image = Image(np.zeros((4, 30, 50)), scale=(2.0, 0.5, 3.0), translate=(1.0, 10.0, -6.0))
+    world = image.data_to_world([3, 12, 40])
+    assert layers.plane_index(image, world) == (3,)
+    assert layers.image_xy(image, world) == pytest.approx((40.0, 12.0))
+    assert layers.plane_shape(image) == (30, 50)
+
+
+def test_rgb_planes_keep_their_colour_axis():
+    image = Image(np.zeros((3, 20, 40, 3), np.uint8), rgb=True)
+    assert layers.plane_shape(image) == (20, 40)
+    assert layers.plane_data(image, (1,)).shape == (20, 40, 3)
+
+
+def test_a_commit_never_paints_over_existing_labels_and_can_be_undone():
+    objects = Labels(np.zeros((2, 10, 10), np.uint32))
+    objects.data[1, 0:5, 0:5] = 7  # the user's own annotation
+    mask = np.zeros((10, 10), bool)
+    mask[2:8, 2:8] = True
+    written = layers.write_object(objects, (1,), mask, 8)
+    assert written == 36 - 9
+    assert (objects.data[1, 0:5, 0:5] == 7).all() and objects.data[1, 6, 6] == 8
+    assert not objects.data[0].any()  # other planes untouched
+    objects.undo()
+    expected = np.zeros((10, 10), np.uint32)
+    expected[0:5, 0:5] = 7
+    np.testing.assert_array_equal(objects.data[1], expected)
