@@ -137,3 +137,34 @@ def test_a_partially_exported_repository_still_serves_what_is_there(tmp_path):
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
         assert masks[1][100, 100]
         assert f"failed to load '{large.encoder_name}'" in server.log_tail(400)
+
+
+def _self_signed(tmp_path):
+    """A certificate for 127.0.0.1 made on the spot (openssl), and its key."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+def test_grpc_over_tls_with_a_self_signed_certificate(tmp_path, synthetic_repository):
+    require_server_env()
+    cert, key = _self_signed(tmp_path)
+    server = LocalTritonServer(
+        synthetic_repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+        tls_cert=cert, tls_key=key,
+    )
+    with server:
+        with Predictor(backend="triton", url=server.grpc_url, ssl=True, root_certificates=str(cert)) as predictor:
+            predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
+            masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
+            assert masks[1][100, 100]
+        with pytest.raises(ServerUnavailableError):  # a plain-text client cannot talk to it
+            Predictor(backend="triton", url=server.grpc_url, timeout_s=3.0)
+        (tmp_path / "other").mkdir()
+        other_cert, _ = _self_signed(tmp_path / "other")
+        with pytest.raises(ServerUnavailableError):  # nor one that does not trust its certificate
+            Predictor(backend="triton", url=server.grpc_url, ssl=True, root_certificates=str(other_cert), timeout_s=3.0)

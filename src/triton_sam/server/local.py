@@ -112,6 +112,8 @@ class LocalTritonServer:
         server_python: str | Path | None = None,
         log_verbose: int = 0,
         api_key: str | None = None,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
     ) -> None:
         self.model_repository = Path(model_repository)
         self.host = host
@@ -119,6 +121,9 @@ class LocalTritonServer:
         self.server_python = find_server_python(server_python)
         self.log_verbose = log_verbose
         self.api_key = api_key
+        if (tls_cert is None) != (tls_key is None):
+            raise TritonSamError("TLS needs both a certificate and its private key.")
+        self.tls_cert, self.tls_key = tls_cert, tls_key
         self._workdir: Path | None = None
         self._process: subprocess.Popen | None = None
 
@@ -154,6 +159,7 @@ class LocalTritonServer:
             f"--metrics-port={self.ports['metrics']}",
             f"--log-verbose={self.log_verbose}",
             *self._restrictions(),
+            *self._tls(),
         ]
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -166,6 +172,12 @@ class LocalTritonServer:
             return []
         rule = f"{','.join(RESTRICTED_PROTOCOLS)}:{API_KEY_NAME}={self.api_key}"
         return [f"--grpc-restricted-protocol={rule}", f"--http-restricted-api={rule}"]
+
+    def _tls(self) -> list[str]:
+        """gRPC over TLS with the given certificate (HTTP stays plain: put a proxy in front for that)."""
+        if self.tls_cert is None:
+            return []
+        return ["--grpc-use-ssl=true", f"--grpc-server-cert={self.tls_cert}", f"--grpc-server-key={self.tls_key}"]
 
     def _check_ports_free(self) -> None:
         """Refuse ports in use: the readiness check would otherwise find the other server."""
@@ -184,7 +196,8 @@ class LocalTritonServer:
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        client = grpcclient.InferenceServerClient(self.grpc_url)
+        tls = {"ssl": True, "root_certificates": str(self.tls_cert)} if self.tls_cert else {}
+        client = grpcclient.InferenceServerClient(self.grpc_url, **tls)
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
