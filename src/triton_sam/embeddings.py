@@ -103,7 +103,7 @@ class EmbeddingCache:
         """Write features atomically (temp file + rename); server-side features have nothing to write."""
         if self.disk_dir is None or not features.arrays:
             return
-        self.disk_dir.mkdir(parents=True, exist_ok=True)
+        self.disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # features describe the user's images
         handle, temp = tempfile.mkstemp(dir=self.disk_dir, suffix=".tmp")
         with os.fdopen(handle, "wb") as file:
             np.savez(file, **features.arrays)
