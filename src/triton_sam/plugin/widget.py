@@ -83,6 +83,7 @@ class TritonSamWidget(QWidget):
         self.image: Image | None = None
         self._index: tuple[int, ...] | None = None
         self._encoding = None
+        self._closed = False
         self._settings = QSettings("triton-sam", "triton-sam")
         self._build()
         self.viewer.mouse_move_callbacks.append(self._on_move)
@@ -208,6 +209,7 @@ class TritonSamWidget(QWidget):
             self.set_status("Add an image layer first.")
             return
         self._save_settings()
+        self._closed = False
         self.image = self.viewer.layers[self.layer.currentText()]
         options = {
             "url": self.url.text().strip() or None,
@@ -228,6 +230,9 @@ class TritonSamWidget(QWidget):
         worker.start()
 
     def _engine_ready(self, engine) -> None:
+        if self._closed:  # the widget was closed while connecting
+            engine.close()
+            return
         if self.session is not None:
             self.session.close()
         disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
@@ -272,8 +277,8 @@ class TritonSamWidget(QWidget):
         worker.start()
 
     def _plane_ready(self, index, seconds: float) -> None:
-        if index != self._index:
-            return
+        if self.session is None or self.image is None or index != self._index:
+            return  # closed, or the user moved on while this plane was encoded
         self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
         self._prefetch_neighbours(index)
 
@@ -439,6 +444,9 @@ class TritonSamWidget(QWidget):
         super().closeEvent(event)
 
     def close_session(self) -> None:
+        """Stop decoding and let go of the engine; results still in flight are ignored."""
+        self._closed = True
         if self.session is not None:
             self.session.close()
+            self.session.engine.close()
             self.session = None
