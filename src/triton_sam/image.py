@@ -71,3 +71,8 @@ def resize_square(rgb: np.ndarray, size: int) -> np.ndarray:
         for c in range(rgb.shape[2])
     ]
     return np.clip(np.rint(np.stack(channels, axis=-1)), 0, 255).astype(np.uint8)
+
+
+def model_input(image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
+    """What the encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), size x size."""
+    return resize_square(to_rgb_uint8(image, contrast_limits), size)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
-from .image import ContrastLimits, resize_square, to_rgb_uint8
+from .image import ContrastLimits, model_input
 from .masks import upsample_logits
 from .prompts import build_request
 from .registry import DEFAULT_MODEL, get_model
@@ -49,9 +49,8 @@ class Predictor:
 
     def set_image(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Encode `image` (HxW or HxWx3/4; uint8 as is, other dtypes scaled from `contrast_limits`)."""
-        rgb = to_rgb_uint8(image, contrast_limits)
-        features = self.engine.encode(resize_square(rgb, self.spec.input_size))
-        self._features, self._orig_hw = features, rgb.shape[:2]
+        features = self.engine.encode(model_input(image, self.spec.input_size, contrast_limits))
+        self._features, self._orig_hw = features, image.shape[:2]
 
     def get_image_embedding(self) -> ImageFeatures:
         self._require_image()

@@ -23,7 +23,7 @@ import numpy as np
 
 from .embeddings import EmbeddingCache
 from .engines import CancelToken, Engine, ImageFeatures
-from .image import ContrastLimits, resize_square, to_rgb_uint8
+from .image import ContrastLimits, model_input
 from .masks import upsample_logits
 from .prompts import build_request
 from .speculative import Delivery, SpeculativeDecoder
@@ -114,17 +114,13 @@ class InteractiveSession:
 
     # --- planes -------------------------------------------------------------------------------
 
-    def model_input(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
-        """The resized uint8 RGB image the encoder gets for a plane."""
-        return resize_square(to_rgb_uint8(image, contrast_limits), self.spec.input_size)
-
     def prefetch(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Encode a plane into the cache without showing it (neighbouring planes)."""
-        self.cache.features(self.model_input(image, contrast_limits))
+        self.cache.features(model_input(image, self.spec.input_size, contrast_limits))
 
     def set_plane(self, key: Hashable, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Show plane `key` (blocks while it is encoded; call it off the GUI thread)."""
-        features = self.cache.features(self.model_input(image, contrast_limits))
+        features = self.cache.features(model_input(image, self.spec.input_size, contrast_limits))
         with self._lock:
             self._plane = _Plane(key, features, tuple(image.shape[:2]))
             self._last_hover = None
@@ -151,8 +147,14 @@ class InteractiveSession:
             if plane is None:
                 return None
             height, width = plane.size
-            if not (0 <= x < width and 0 <= y < height):
+            inside = 0 <= x < width and 0 <= y < height
+            just_left = not inside and self._last_hover is not None
+        if not inside:
+            if just_left:
                 self.leave()
+            return None
+        with self._lock:
+            if self._plane is not plane:  # the plane changed meanwhile
                 return None
             if self._last_hover is not None and math.dist(self._last_hover, (x, y)) < self.min_move_px:
                 self.decoder.count_skipped_event()
@@ -167,11 +169,12 @@ class InteractiveSession:
         return self.decoder.hover(run, t_event)
 
     def leave(self) -> None:
-        """The cursor left the image: stop hover work (the caller clears what it shows)."""
+        """The cursor left the image: stop hover work and show nothing."""
         with self._lock:
             self._last_hover = None
             self._hover_preview = None
             self.decoder.clear()
+        self._on_preview(None)
 
     # --- prompts ------------------------------------------------------------------------------
 

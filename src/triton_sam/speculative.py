@@ -23,17 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from .engines import CancelToken
+from .engines.base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken
 from .errors import DecodeCancelled
 
 logger = logging.getLogger(__name__)
 
 HOVER = "hover"
 PROMPT = "prompt"
-# When a running hover job is superseded: cancel it at once, or only once it is overdue (running
-# longer than OVERDUE_FACTOR x a typical run: most likely stuck in a busy server's queue).
-CANCEL_ALWAYS = "always"
-CANCEL_OVERDUE = "overdue"
+# With CANCEL_OVERDUE, a superseded running hover job is cancelled once it has run longer than
+# OVERDUE_FACTOR x a typical run (most likely stuck in a busy server's queue).
 OVERDUE_FACTOR = 2.0
 
 

@@ -9,7 +9,7 @@ from synthetic import disk_image
 from triton_sam import Predictor
 
 napari = pytest.importorskip("napari")
-from qtpy.QtCore import QEvent, QPoint, QPointF, Qt  # noqa: E402
+from qtpy.QtCore import QEvent, QPointF, Qt  # noqa: E402
 from qtpy.QtGui import QMouseEvent  # noqa: E402
 from qtpy.QtWidgets import QApplication  # noqa: E402
 

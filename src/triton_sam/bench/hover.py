@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engines import Engine, create_engine
+from ..image import model_input
 from ..masks import upsample_logits
 from ..prompts import build_request
 from ..registry import ModelSpec, get_model
@@ -84,7 +85,7 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
 
 def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
     size = image.shape[:2]
-    features = engine.encode(_model_input(engine.spec, image))
+    features = engine.encode(model_input(image, engine.spec.input_size))
     lock = threading.Lock()
     newest = [-1]
     latencies, stale = [], []
@@ -117,16 +118,10 @@ def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
     }
 
 
-def _model_input(spec: ModelSpec, image: np.ndarray) -> np.ndarray:
-    from ..image import resize_square, to_rgb_uint8
-
-    return resize_square(to_rgb_uint8(image), spec.input_size)
-
-
 def _single_decode_ms(engine: Engine, image: np.ndarray, count: int = 15) -> dict:
     """One hover decode with nothing else running (the yardstick for the latency goal)."""
     size = image.shape[:2]
-    features = engine.encode(_model_input(engine.spec, image))
+    features = engine.encode(model_input(image, engine.spec.input_size))
     request = build_request(size, engine.spec.input_size, point_coords=[[size[1] / 2, size[0] / 2]], point_labels=[1])
 
     def once() -> None:

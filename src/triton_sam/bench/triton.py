@@ -17,7 +17,7 @@ import numpy as np
 
 from ..engines import Engine, ImageFeatures, create_engine
 from ..engines.triton import TritonEngine
-from ..image import resize_square
+from ..image import model_input
 from ..prompts import DecodeRequest, build_request
 from ..registry import ModelSpec, get_model
 from ..server.local import LocalTritonServer
@@ -28,7 +28,7 @@ from .wire import CountingProxy, free_port
 
 def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
     """`count` different resized images (the server caches by content, so repeats would not encode)."""
-    base = resize_square(bench_image(shape), spec.input_size)
+    base = model_input(bench_image(shape), spec.input_size)
     return [np.roll(base, 7 * i, axis=1) for i in range(count)]
 
 

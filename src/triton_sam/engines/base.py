@@ -39,6 +39,12 @@ class DecodeResult:
     object_score_logits: np.ndarray  # float32 [B, 1]
 
 
+# When a running decode is superseded: cancel it at once (stopping is free, e.g. ONNX Runtime's
+# terminate), or only once it is overdue (stopping and resending costs more than finishing).
+CANCEL_ALWAYS = "always"
+CANCEL_OVERDUE = "overdue"
+
+
 class CancelToken:
     """Cancels one piece of work; engines register how to stop it (terminate flag, gRPC cancel)."""
 
@@ -73,9 +79,8 @@ class Engine(ABC):
     """Runs one model's encoder and decoder; callers never see where or how."""
 
     spec: ModelSpec
-    # How a scheduler should treat a superseded running decode: "always" cancel it (stopping is
-    # free), or only when "overdue" (stopping costs more than finishing; see speculative.py).
-    cancel_running: str = "always"
+    # How a scheduler should treat a superseded running decode (see speculative.py).
+    cancel_running: str = CANCEL_ALWAYS
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:

@@ -26,19 +26,20 @@ class FallbackEngine(Engine):
         self._local_factory = local
         self._local_features: tuple[str, ImageFeatures] | None = None  # (handle, local features)
         self.fallback_reason: str | None = None
+        self.active: Engine | None = None
         try:
             self.active = connect()
         except (ServerUnavailableError, ServerModelError) as error:
-            self.active = self._switch(error)
+            self._switch(error)
         self.spec = self.active.spec
 
-    def _switch(self, error: Exception) -> Engine:
+    def _switch(self, error: Exception) -> None:
+        """Use the local engine from now on, and say why."""
         self.fallback_reason = str(error)
         logger.warning("Using the local engine: %s", error)
-        previous, self.active = getattr(self, "active", None), self._local_factory()
-        if previous is not None:
-            previous.close()
-        return self.active
+        if self.active is not None:
+            self.active.close()
+        self.active = self._local_factory()
 
     @property
     def cancel_running(self) -> str:

@@ -22,7 +22,7 @@ from .. import contract
 from ..errors import DecodeCancelled, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
-from .base import CancelToken, DecodeResult, Engine, ImageFeatures
+from .base import CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
 
 ENV_URL = "TRITON_SAM_URL"
 ENV_API_KEY = "TRITON_SAM_API_KEY"
@@ -124,7 +124,7 @@ class TritonEngine(Engine):
 
     # Measured with a local server: cancelling and resending on every mouse move made the final
     # preview of a stroke 2-10x slower than letting the running decode finish (README, Performance).
-    cancel_running = "overdue"
+    cancel_running = CANCEL_OVERDUE
 
     def __init__(
         self,

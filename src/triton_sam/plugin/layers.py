@@ -82,10 +82,7 @@ def objects_layer(viewer, image: Image) -> Labels:
 
 def show_preview(layer: Labels, mask: np.ndarray | None) -> None:
     """Replace the preview in place (no undo history: it is not an annotation)."""
-    data = layer.data
-    data[...] = 0
-    if mask is not None:
-        data[mask] = 1
+    layer.data[...] = 0 if mask is None else mask
     layer.refresh()
 
 

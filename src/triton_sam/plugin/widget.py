@@ -237,7 +237,7 @@ class TritonSamWidget(QWidget):
             self.session.close()
         disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
         cache = EmbeddingCache(engine, disk_dir=disk_dir)
-        self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._decode_failed)
+        self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
         self.preview = layers.preview_layer(self.viewer, self.image)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
@@ -250,9 +250,6 @@ class TritonSamWidget(QWidget):
     def _failed(self, error: Exception) -> None:
         self.set_status(f"Error: {error}")
 
-    def _decode_failed(self, error: Exception) -> None:
-        self._failed(error)
-
     def _on_step(self, event=None) -> None:
         """The sliders moved: encode the plane now on screen (cached planes are instant)."""
         if self.session is None or self.image is None or self.image not in self.viewer.layers:
@@ -261,8 +258,7 @@ class TritonSamWidget(QWidget):
         if index == self._index:
             return
         self._index = index
-        self.session.leave()
-        layers.show_preview(self.preview, None)
+        self.session.leave()  # clears the preview at once: never another plane's mask
         key = layers.plane_key(self.image, index)
         data = layers.plane_data(self.image, index)
         contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
@@ -353,11 +349,7 @@ class TritonSamWidget(QWidget):
     def _on_move(self, viewer, event) -> None:
         if not self._active():
             return
-        x, y = layers.image_xy(self.image, event.position)
-        self.session.hover(x, y)
-        height, width = layers.plane_shape(self.image)
-        if not (0 <= x < width and 0 <= y < height):
-            layers.show_preview(self.preview, None)
+        self.session.hover(*layers.image_xy(self.image, event.position))
 
     def _on_press(self, viewer, event):
         if not self._active() or event.button != 1:
@@ -387,7 +379,6 @@ class TritonSamWidget(QWidget):
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
             self.session.leave()
-            layers.show_preview(self.preview, None)
 
     def commit(self) -> None:
         """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""

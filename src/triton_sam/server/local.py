@@ -21,6 +21,9 @@ import venv
 from importlib import resources
 from pathlib import Path
 
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
 from ..engines.triton import API_KEY_GRPC_HEADER, API_KEY_NAME
 from ..errors import ServerUnavailableError, TritonSamError
 from .models import python_model_source
@@ -62,12 +65,8 @@ def create_server_env(path: Path | None = None, progress=print) -> Path:
     return python
 
 
-def _served_config(text: str) -> str:
-    """An onnxruntime-backend config.pbtxt rewritten for the python backend (same name and tensors)."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    config = text_format.Parse(text, model_config_pb2.ModelConfig())
+def _served_config(config: model_config_pb2.ModelConfig) -> str:
+    """An onnxruntime-backend model config rewritten for the python backend (same name and tensors)."""
     config.platform = ""
     config.backend = "python"
     config.ClearField("optimization")  # TensorRT accelerator settings mean nothing here
@@ -85,9 +84,9 @@ def serving_repository(model_repository: Path, view: Path) -> Path:
         config_file = model_dir / CONFIG_FILE
         if not config_file.is_file():
             continue
-        text = config_file.read_text()
+        config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
         target = view / model_dir.name
-        if 'backend: "python"' in text:
+        if config.backend == "python":
             target.symlink_to(model_dir, target_is_directory=True)
             continue
         for version_dir in (d for d in model_dir.iterdir() if d.is_dir() and d.name.isdigit()):
@@ -95,7 +94,7 @@ def serving_repository(model_repository: Path, view: Path) -> Path:
             for item in version_dir.iterdir():
                 (target / version_dir.name / item.name).symlink_to(item)
             (target / version_dir.name / "model.py").write_text(runner)
-        (target / CONFIG_FILE).write_text(_served_config(text))
+        (target / CONFIG_FILE).write_text(_served_config(config))
     return view
 
 
