@@ -114,7 +114,3 @@ class EmbeddingCache:
         while len(self._items) > 1 and total > self.max_bytes:
             _, features = self._items.popitem(last=False)
             total -= features.nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
