@@ -54,12 +54,12 @@ def require_server_env():
         pytest.skip("no server environment (triton-sam server-env --path .venv-server)")
 
 
-def start_server(repository):
+def start_server(repository, **options):
     """A real Triton server (`triton-sam serve` machinery) on free loopback ports."""
     from triton_sam.server.local import LocalTritonServer
 
     require_server_env()
-    server = LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+    server = LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), **options)
     return server.start()
 
 

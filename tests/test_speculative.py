@@ -90,6 +90,35 @@ def test_never_more_than_n_in_flight_and_the_last_event_gets_its_result(max_in_f
     assert stats.sent < 301  # latest-wins dropped work
 
 
+def test_a_sweep_starts_no_decodes_until_the_cursor_rests_and_then_the_last_one_is_shown():
+    engine = FakeEngine(latency_s=0.02)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        for stroke in range(3):
+            for i in range(40):  # a stroke at about 200 Hz
+                decoder.hover(engine.job(f"s{stroke}-{i}"))
+                time.sleep(0.005)
+            assert decoder.settle_s > 0.005  # learnt from the gaps
+            recorder.done.clear()
+            assert recorder.done.wait(2), "the rest after a stroke got no preview"
+            time.sleep(0.1)  # rest
+        _wait_idle(decoder)
+    # Only a few decodes began while the cursor moved (one per stroke, at most, around its end).
+    assert len(engine.started) <= 6, engine.started
+    assert [d.value for d in recorder.deliveries] == ["s0-39", "s1-39", "s2-39"]
+
+
+def test_without_settling_every_rested_event_starts_at_once():
+    engine = FakeEngine(latency_s=0.001)
+    recorder = Recorder()
+    with SpeculativeDecoder(recorder, settle_factor=0.0) as decoder:
+        for i in range(20):
+            decoder.hover(engine.job(f"h{i}"))
+            time.sleep(0.01)
+        _wait_idle(decoder)
+    assert decoder.settle_s == 0.0 and len(engine.started) == 20
+
+
 def test_a_superseded_running_job_is_cancelled_in_the_engine_and_never_delivered():
     engine = FakeEngine(latency_s=0.5)
     recorder = Recorder()

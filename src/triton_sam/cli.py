@@ -127,6 +127,7 @@ def _cmd_serve(args) -> None:
         api_key=os.environ.get(ENV_API_KEY),
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        session_batching=args.session_batching,
     )
     if not server.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: anyone who can reach {args.host} can use this server; set ${ENV_API_KEY} to require a key.")
@@ -209,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--server-python", type=Path, default=None, help="python of the server environment")
     serve.add_argument("--tls-cert", type=Path, default=None, help="serve gRPC over TLS with this certificate (PEM)")
     serve.add_argument("--tls-key", type=Path, default=None, help="private key of --tls-cert (PEM)")
+    serve.add_argument(
+        "--session-batching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dynamic batching of the session models (default: on with a GPU, off on a CPU where it only adds delay)",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     server_env = commands.add_parser("server-env", help="create the environment `serve` runs in (nvidia-pytriton)")

@@ -7,6 +7,10 @@ newer one exists (through the engine: gRPC cancel, ONNX Runtime terminate), and 
 only while it is the newest: a stale mask is never shown. Prompt jobs (clicks) are never dropped or
 cancelled by hovers; they run before pending hovers, in order.
 
+A hover job starts only once the cursor has rested a little longer than its usual gap between
+moves (`SETTLE_FACTOR`): while it sweeps, a decode would be superseded before it could be shown,
+so starting it only burns engine time that other annotators of the same server need.
+
 Plain Python threads, no Qt: results go to the `deliver` callback on a worker thread, and the
 caller moves them where it needs them (the napari widget marshals them to the GUI thread).
 """
@@ -33,6 +37,11 @@ PROMPT = "prompt"
 # With CANCEL_OVERDUE, a superseded running hover job is cancelled once it has run longer than
 # OVERDUE_FACTOR x a typical run (most likely stuck in a busy server's queue).
 OVERDUE_FACTOR = 2.0
+# A pending hover job starts once no newer hover came for SETTLE_FACTOR x the typical gap between
+# hover events (a moving average of gaps shorter than MAX_MOVE_GAP_S), at most MAX_SETTLE_S.
+SETTLE_FACTOR = 1.5
+MAX_MOVE_GAP_S = 0.05
+MAX_SETTLE_S = 0.03
 
 
 @dataclass(eq=False)  # identity: jobs live in a set
@@ -44,6 +53,7 @@ class Job:
     seq: int
     generation: int
     t_event: float
+    t_submitted: float
     token: CancelToken = field(default_factory=CancelToken)
     t_started: float = 0.0
 
@@ -91,6 +101,7 @@ class SpeculativeDecoder:
         on_error: Callable[[Exception], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         cancel_running: str = CANCEL_ALWAYS,
+        settle_factor: float = SETTLE_FACTOR,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -98,6 +109,8 @@ class SpeculativeDecoder:
             raise ValueError(f"cancel_running must be {CANCEL_ALWAYS!r} or {CANCEL_OVERDUE!r}")
         self.cancel_running = cancel_running
         self._typical_run_s: float | None = None  # moving average of finished runs
+        self.settle_factor = settle_factor
+        self._typical_gap_s: float | None = None  # moving average of gaps between hover events
         self._deliver = deliver
         self._on_error = on_error or (lambda error: logger.error("decode failed: %s", error))
         self._clock = clock
@@ -109,6 +122,7 @@ class SpeculativeDecoder:
         self._latest_hover = 0
         self._generation = 0
         self._last_delivered = 0
+        self._last_hover_at: float | None = None
         self._closed = False
         self.stats = SchedulerStats()
         self._workers = [
@@ -141,10 +155,28 @@ class SpeculativeDecoder:
             self._latest_hover = job.seq
             if self._pending_hover is not None:
                 self.stats.superseded += 1
+            if self._last_hover_at is not None:
+                self._learn_gap(job.t_submitted - self._last_hover_at)
+            self._last_hover_at = job.t_submitted
             self._pending_hover = job
             self._cancel_running(self._supersede_now)
             self._cond.notify()
         return job.seq
+
+    def _learn_gap(self, gap_s: float) -> None:
+        if gap_s < MAX_MOVE_GAP_S:
+            self._typical_gap_s = gap_s if self._typical_gap_s is None else 0.8 * self._typical_gap_s + 0.2 * gap_s
+
+    @property
+    def settle_s(self) -> float:
+        """How long a pending hover job waits for a newer one before it starts."""
+        with self._cond:
+            return self._settle_s()
+
+    def _settle_s(self) -> float:
+        if self._typical_gap_s is None:
+            return 0.0
+        return min(MAX_SETTLE_S, self.settle_factor * self._typical_gap_s)
 
     def _supersede_now(self, job: Job) -> bool:
         """Whether a running job that a newer hover supersedes should be cancelled now.
@@ -222,7 +254,8 @@ class SpeculativeDecoder:
         self._seq += 1
         if kind == HOVER:
             self.stats.events += 1
-        return Job(kind, run, self._seq, self._generation, self._clock() if t_event is None else t_event)
+        now = self._clock()
+        return Job(kind, run, self._seq, self._generation, now if t_event is None else t_event, now)
 
     def _cancel_running(self, which: Callable[[Job], bool]) -> None:
         for job in self._in_flight:
@@ -230,10 +263,16 @@ class SpeculativeDecoder:
                 job.token.cancel()
 
     def _next_job(self) -> Job | None:
-        """Wait for work; prompts go first. None when closed."""
+        """Wait for work; prompts go first, a hover once it has settled. None when closed."""
         with self._cond:
-            while not self._closed and not self._prompts and self._pending_hover is None:
-                self._cond.wait()
+            while not self._closed and not self._prompts:
+                if self._pending_hover is None:
+                    self._cond.wait()
+                    continue
+                wait_s = self._pending_hover.t_submitted + self._settle_s() - self._clock()
+                if wait_s <= 0:
+                    break
+                self._cond.wait(wait_s)
             if self._closed:
                 return None
             if self._prompts:

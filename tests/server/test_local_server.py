@@ -38,7 +38,22 @@ def test_the_view_serves_onnx_models_with_the_python_backend_under_the_same_cont
     assert not served.HasField("optimization")
     assert (encoder_dir / "1" / "model.onnx").resolve() == (synthetic_repository / TINY.encoder_name / "1" / "model.onnx")
     assert (encoder_dir / "1" / "model.py").is_file()
-    assert (view / TINY.session_name).resolve() == synthetic_repository / TINY.session_name
+    session_dir = view / TINY.session_name
+    assert (session_dir / "1" / "model.py").resolve() == synthetic_repository / TINY.session_name / "1" / "model.py"
+    assert (session_dir / "config.pbtxt").read_text() == text_format.MessageToString(
+        text_format.Parse((synthetic_repository / TINY.session_name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    )
+
+
+def test_without_session_batching_only_the_session_model_loses_its_batcher(synthetic_repository, tmp_path):
+    view = serving_repository(synthetic_repository, tmp_path / "view", session_batching=False)
+
+    def config(name: str) -> model_config_pb2.ModelConfig:
+        return text_format.Parse((view / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+
+    assert not config(TINY.session_name).HasField("dynamic_batching")
+    assert config(TINY.session_name).max_batch_size > 1  # clients may still send several rows
+    assert config(TINY.decoder_name).HasField("dynamic_batching")
 
 
 def test_tensorrt_settings_are_dropped_from_the_view(tmp_path):

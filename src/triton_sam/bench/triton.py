@@ -8,7 +8,6 @@ clients, with the session model's dynamic batching and with it switched off.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -36,24 +35,6 @@ def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
     size = spec.input_size
     point = np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32)
     return build_request((size, size), size, point_coords=point, point_labels=np.array([1]))
-
-
-def _without_batching(repository: Path, spec: ModelSpec, target: Path) -> Path:
-    """A copy of `repository` whose session model has no dynamic batcher (one request per run)."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for name in (spec.encoder_name, spec.decoder_name):
-        (target / name).symlink_to((repository / name).resolve(), target_is_directory=True)
-    shutil.copytree(repository / spec.session_name, target / spec.session_name)
-    config_file = target / spec.session_name / "config.pbtxt"
-    config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
-    config.ClearField("dynamic_batching")
-    config_file.write_text(text_format.MessageToString(config))
-    return target
 
 
 def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:
@@ -133,10 +114,11 @@ def run(
     local = create_engine(spec, "local", repository)
     result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
 
-    def server(repo: Path) -> LocalTritonServer:
-        return LocalTritonServer(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+    def server(session_batching: bool) -> LocalTritonServer:
+        ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+        return LocalTritonServer(repository, session_batching=session_batching, **ports)
 
-    with server(repository) as batching:
+    with server(session_batching=True) as batching:
         proxy = CountingProxy(batching.grpc_url)
         remote = TritonEngine(spec, url=proxy.url)
         remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)  # warm-up, connection set-up
@@ -150,6 +132,6 @@ def run(
         ]
         result["executions_by_batch_size"] = _batch_sizes(batching.grpc_url, spec)
     local.close()
-    with server(_without_batching(repository, spec, Path(workdir) / "no_batching_repository")) as plain:
+    with server(session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
     return result

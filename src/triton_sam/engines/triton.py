@@ -2,8 +2,8 @@
 
 `encode` sends the resized image once to the session model and keeps the returned handle;
 `decode` sends the handle and the prompts (about 1 KB). A decode can be cancelled for real:
-the gRPC call is cancelled, so Triton drops it from the queue, and the session model skips a
-request cancelled before it runs. If the server lost the embedding (evicted, restarted) the image
+the gRPC call is cancelled, so a queued request is dropped before it runs (by Triton's batcher
+queue or by the session model) and a running one is stopped. If the server lost the embedding (evicted, restarted) the image
 is encoded again and the decode retried, without the caller noticing.
 """
 
@@ -22,7 +22,7 @@ from .. import contract
 from ..errors import DecodeCancelled, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
-from .base import CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
+from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
 
 ENV_URL = "TRITON_SAM_URL"
 ENV_API_KEY = "TRITON_SAM_API_KEY"
@@ -122,10 +122,6 @@ def served_models(client: TritonClient) -> list[str]:
 class TritonEngine(Engine):
     """The session model of one SAM model on a Triton server."""
 
-    # Measured with a local server: cancelling and resending on every mouse move made the final
-    # preview of a stroke 2-10x slower than letting the running decode finish (README, Performance).
-    cancel_running = CANCEL_OVERDUE
-
     def __init__(
         self,
         spec: ModelSpec,
@@ -154,6 +150,10 @@ class TritonEngine(Engine):
                 f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
                 f"needs {contract.CONTRACT_VERSION}. Export the model again with this version and restart the server."
             )
+        # Measured with a local server: behind Triton's dynamic batcher, cancelling and resending on
+        # every mouse move made the final preview of a stroke wait up to ~0.5 s, so there a running
+        # decode is cancelled only when overdue; without a batcher, cancelling always is fastest.
+        self.cancel_running = CANCEL_OVERDUE if "dynamic_batching" in config else CANCEL_ALWAYS
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"

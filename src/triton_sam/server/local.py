@@ -4,7 +4,8 @@ PyTriton pins numpy<2 and the plugin must work with numpy 2, so the server may l
 environment (`triton-sam server-env` creates one). Its Triton has only the python backend, so the
 served repository is a *view* of the exported one: ONNX Runtime backend models become python
 models running the same ONNX file (`models/python_model.py`) under the same name, tensors and
-batching; python models (the session model) are linked as they are.
+batching; python models (the session model) keep their files, and on a machine without a GPU lose
+their dynamic batcher.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import venv
 from importlib import resources
 from pathlib import Path
@@ -24,6 +26,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from ..engines.providers import cuda_device_count
 from ..engines.triton import API_KEY_GRPC_HEADER, API_KEY_NAME
 from ..errors import ServerUnavailableError, TritonSamError
 from .models import python_model_source
@@ -65,19 +68,22 @@ def create_server_env(path: Path | None = None, progress=print) -> Path:
     return python
 
 
-def _served_config(config: model_config_pb2.ModelConfig) -> str:
-    """An onnxruntime-backend model config rewritten for the python backend (same name and tensors)."""
+def _as_python_model(config: model_config_pb2.ModelConfig) -> None:
+    """Rewrite an onnxruntime-backend model config for the python backend (same name and tensors)."""
     config.platform = ""
     config.backend = "python"
     config.ClearField("optimization")  # TensorRT accelerator settings mean nothing here
     for group in config.instance_group:
         group.kind = model_config_pb2.ModelInstanceGroup.KIND_CPU  # the model picks its ORT device
         del group.gpus[:]
-    return text_format.MessageToString(config)
 
 
-def serving_repository(model_repository: Path, view: Path) -> Path:
-    """Write into `view` the python-backend view of `model_repository`."""
+def serving_repository(model_repository: Path, view: Path, session_batching: bool = True) -> Path:
+    """Write into `view` the python-backend view of `model_repository`.
+
+    Files are linked, configs rewritten. Without `session_batching` the session models lose their
+    dynamic batcher (see `LocalTritonServer`).
+    """
     runner = python_model_source()
     view.mkdir(parents=True, exist_ok=True)
     for model_dir in sorted(Path(model_repository).resolve().iterdir()):
@@ -85,17 +91,34 @@ def serving_repository(model_repository: Path, view: Path) -> Path:
         if not config_file.is_file():
             continue
         config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
+        runs_onnx = config.backend != "python"
         target = view / model_dir.name
-        if config.backend == "python":
-            target.symlink_to(model_dir, target_is_directory=True)
-            continue
-        for version_dir in (d for d in model_dir.iterdir() if d.is_dir() and d.name.isdigit()):
-            (target / version_dir.name).mkdir(parents=True)
-            for item in version_dir.iterdir():
-                (target / version_dir.name / item.name).symlink_to(item)
-            (target / version_dir.name / "model.py").write_text(runner)
-        (target / CONFIG_FILE).write_text(_served_config(config))
+        target.mkdir()
+        for item in (i for i in model_dir.iterdir() if i.name != CONFIG_FILE):
+            if runs_onnx and item.is_dir() and item.name.isdigit():
+                (target / item.name).mkdir()
+                for file in item.iterdir():
+                    (target / item.name / file.name).symlink_to(file)
+                (target / item.name / "model.py").write_text(runner)
+            else:
+                (target / item.name).symlink_to(item, target_is_directory=item.is_dir())
+        if runs_onnx:
+            _as_python_model(config)
+        elif not session_batching:
+            config.ClearField("dynamic_batching")
+        (target / CONFIG_FILE).write_text(text_format.MessageToString(config))
     return view
+
+
+def session_request_counts(text: str, model_name: str) -> dict[str, int]:
+    """The session model's request counters by outcome, from Triton's Prometheus metrics text."""
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("triton_sam_session_requests_total{") and f'model="{model_name}"' in line:
+            labels, value = line.rsplit(" ", 1)
+            outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = int(float(value))
+    return counts
 
 
 class LocalTritonServer:
@@ -113,6 +136,7 @@ class LocalTritonServer:
         api_key: str | None = None,
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
+        session_batching: bool | None = None,
     ) -> None:
         self.model_repository = Path(model_repository)
         self.host = host
@@ -123,12 +147,21 @@ class LocalTritonServer:
         if (tls_cert is None) != (tls_key is None):
             raise TritonSamError("TLS needs both a certificate and its private key.")
         self.tls_cert, self.tls_key = tls_cert, tls_key
+        # On a CPU the session model runs decodes one by one anyway, and Triton's dynamic batcher
+        # delayed the request after a cancelled one by up to ~0.5 s (README, Performance).
+        self.session_batching = cuda_device_count() > 0 if session_batching is None else session_batching
         self._workdir: Path | None = None
         self._process: subprocess.Popen | None = None
 
     @property
     def grpc_url(self) -> str:
         return f"{self.host}:{self.ports['grpc']}"
+
+    def session_requests(self, model_name: str) -> dict[str, int]:
+        """What the session model `model_name` did with its requests so far, by outcome."""
+        url = f"http://{self.host}:{self.ports['metrics']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return session_request_counts(response.read().decode(), model_name)
 
     @property
     def client_headers(self) -> dict[str, str]:
@@ -145,7 +178,7 @@ class LocalTritonServer:
             raise TritonSamError(f"Model repository {self.model_repository} does not exist; export a model first.")
         self._check_ports_free()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-sam-serve-"))
-        view = serving_repository(self.model_repository, self._workdir / "models")
+        view = serving_repository(self.model_repository, self._workdir / "models", self.session_batching)
         launcher = resources.files("triton_sam.server").joinpath("launch_tritonserver.py")
         command = [
             str(self.server_python),

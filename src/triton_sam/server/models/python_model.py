@@ -7,7 +7,9 @@ process, so the model runs as one instance. An unknown or evicted handle fails w
 and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry.
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
-`1/model.onnx` it runs) and `cache_size` (images kept).
+`1/model.onnx` it runs) and `cache_size` (images kept). What it did with each request is counted
+on Triton's metrics endpoint as `triton_sam_session_requests_total{model, outcome}` (Triton's own
+statistics count a request cancelled here as a success).
 
 ONNX model (`encoder` / `decoder`): runs the `model.onnx` next to it. The Triton server of
 nvidia-pytriton has only the python backend, so `triton-sam serve` uses this in place of the
@@ -94,6 +96,25 @@ def image_handle(image: np.ndarray, model_id: str) -> str:
     return digest.hexdigest()
 
 
+class RequestCounts:
+    """Counters of what the session model did with its requests, one per outcome."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.family = pb_utils.MetricFamily(
+            name="triton_sam_session_requests_total",
+            description="Session model requests by outcome (encoded, decoded, cancelled_queued, cancelled_running, failed)",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.metrics = {}
+
+    def add(self, outcome: str, count: int = 1) -> None:
+        if count:
+            if outcome not in self.metrics:
+                self.metrics[outcome] = self.family.Metric(labels={"model": self.model_name, "outcome": outcome})
+            self.metrics[outcome].increment(count)
+
+
 class TritonPythonModel:
     """Entry point Triton loads: the session model or an ONNX model, by the config's component."""
 
@@ -102,14 +123,22 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         model_dir = Path(args["model_repository"])
         if params.get("triton_sam_component") == "session":
-            self.model = SessionModel(model_dir.parent, params)
+            self.model = SessionModel(model_dir.parent, params, RequestCounts(config["name"]))
         else:
             self.model = OnnxModel(model_dir / args["model_version"] / "model.onnx", config)
 
     def execute(self, requests):
         live = [r for r in requests if not r.is_cancelled()]  # cancelled while waiting: skip the work
+        self.model.counts.add("cancelled_queued", len(requests) - len(live))
         done = dict(zip(map(id, live), self.model.run(live)))
         return [done[id(r)] if id(r) in done else _cancelled() for r in requests]
+
+
+class _NoCounts:
+    """Stand-in for `RequestCounts` where nothing is counted."""
+
+    def add(self, outcome: str, count: int = 1) -> None:
+        pass
 
 
 def _cancelled() -> "pb_utils.InferenceResponse":
@@ -138,6 +167,8 @@ def _wanted(request, available) -> list:
 class OnnxModel:
     """Runs one ONNX file on each request, returning the outputs the client asked for."""
 
+    counts = _NoCounts()
+
     def __init__(self, path: Path, config: dict) -> None:
         self.session = _session(path)
         self.inputs = [i.name for i in self.session.get_inputs()]
@@ -164,7 +195,8 @@ class SessionModel:
     and copies every row's features (measured: 16 clients got 5.7 decodes/s batched, 17.3 alone).
     """
 
-    def __init__(self, repository: Path, params: dict) -> None:
+    def __init__(self, repository: Path, params: dict, counts: RequestCounts) -> None:
+        self.counts = counts
         self.model_id = params["triton_sam_model_id"]
         self.encoder = _session(repository / params["encoder_model"] / "1" / "model.onnx")
         self.decoder = _session(repository / params["decoder_model"] / "1" / "model.onnx")
@@ -183,6 +215,7 @@ class SessionModel:
                     continue
                 feeds = self._decode_feeds(request)
             except (UnknownHandle, ValueError, KeyError) as error:
+                self.counts.add("failed")
                 responses[id(request)] = _failure(error)
                 continue
             key = (feeds["point_coords"].shape[1], tuple(_wanted(request, DECODE_OUTPUTS)))
@@ -200,6 +233,7 @@ class SessionModel:
             if handle not in self.cache:
                 outputs = self.encoder.run(list(FEATURE_NAMES), {"image": image[None]})
                 self.cache.put(handle, dict(zip(FEATURE_NAMES, outputs)))
+        self.counts.add("encoded")
         return _response(["handle"], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
 
     def _decode_feeds(self, request) -> dict:
@@ -228,7 +262,9 @@ class SessionModel:
         try:
             outputs = _run_cancellable(self.decoder, wanted, feeds, [request for _, request, _ in members])
         except Cancelled as error:
+            self.counts.add("cancelled_running", len(members))
             return {request_id: _failure(error) for request_id, _, _ in members}
+        self.counts.add("decoded", len(members))
         responses, start = {}, 0
         for request_id, _, member in members:
             rows = len(member["point_coords"])
