@@ -97,7 +97,14 @@ def _cmd_bench_hover(args) -> None:
 def _cmd_bench_gui(args) -> None:
     from .plugin import responsiveness
 
-    result = responsiveness.run(args.model, shape=tuple(args.shape), hover_s=args.duration)
+    result = responsiveness.run(
+        args.model,
+        shape=tuple(args.shape),
+        hover_s=args.duration,
+        backends=tuple(args.backends),
+        seed=args.seed,
+        workdir=args.workdir,
+    )
     print(json.dumps(result, indent=2))
 
 
@@ -111,6 +118,33 @@ def _cmd_bench(args) -> None:
     for key in ("ref_encode", "ours_encode", "ref_decode", "ours_decode"):
         print(f"{key:12s} median {result[key]['median_ms']:8.1f} ms   p95 {result[key]['p95_ms']:8.1f} ms")
     print(f"encode ratio (ours/official) {result['encode_ratio']:.2f}, decode ratio {result['decode_ratio']:.2f}")
+
+
+def _cmd_bench_all(args) -> None:
+    from .bench import suite
+
+    progress = (lambda message: print(message, file=sys.stderr)) if args.json else print
+    results = suite.run_all(
+        args.output,
+        args.profile,
+        args.model,
+        seed=args.seed,
+        workdir=args.workdir,
+        only=args.only,
+        soak_s=None if args.soak_minutes is None else args.soak_minutes * 60.0,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"Results in {args.output}; `triton-sam bench report {args.output}` makes plots and BENCHMARKS.md.")
+
+
+def _cmd_bench_report(args) -> None:
+    from .bench import report
+
+    written = report.write(report.merge([json.loads(path.read_text()) for path in args.results]), args.plots, args.markdown)
+    print("Wrote " + ", ".join(str(path) for path in written))
 
 
 def _cmd_serve(args) -> None:
@@ -239,11 +273,31 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
     bench_hover.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_hover.set_defaults(func=_cmd_bench_hover)
-    bench_gui = kinds.add_parser("gui", help="napari event-loop stalls while encoding and hovering (needs a display)")
+    bench_gui = kinds.add_parser(
+        "gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)"
+    )
     bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
-    bench_gui.add_argument("--duration", type=float, default=3.0, help="seconds of hovering")
+    bench_gui.add_argument("--duration", type=float, default=5.0, help="seconds of hovering")
+    bench_gui.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_gui.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
+    bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
     bench_gui.set_defaults(func=_cmd_bench_gui)
+    bench_all = kinds.add_parser("all", help="every benchmark, results in one JSON file (full profile: ~15 min)")
+    bench_all.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_all.add_argument("--profile", default="full", choices=["full", "smoke"], help="smoke: tiny settings, to check it runs")
+    bench_all.add_argument("--only", nargs="+", default=None, help="run only these benchmarks")
+    bench_all.add_argument("--output", type=Path, default=Path("bench-results/results.json"))
+    bench_all.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
+    bench_all.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
+    bench_all.add_argument("--soak-minutes", type=float, default=None, help="length of the memory soak (full profile: 2.5)")
+    bench_all.add_argument("--json", action="store_true", help="also print the results")
+    bench_all.set_defaults(func=_cmd_bench_all)
+    bench_report = kinds.add_parser("report", help="plots (PNG) and a Markdown table from `bench all` results")
+    bench_report.add_argument("results", type=Path, nargs="+", help="results files; a later one's benchmarks replace an earlier one's")
+    bench_report.add_argument("--plots", type=Path, default=Path("docs/benchmarks"))
+    bench_report.add_argument("--markdown", type=Path, default=Path("BENCHMARKS.md"))
+    bench_report.set_defaults(func=_cmd_bench_report)
     return parser
 
 

@@ -39,6 +39,7 @@ class Preview:
     point: tuple[float, float] | None = None  # the hover point, None for a prompt result
     candidate: int | None = None  # which multimask candidate (prompt results)
     seq: int = 0  # the scheduler's sequence number, for a last `is_current` check
+    t_event: float = 0.0  # when the event it answers happened (time.perf_counter)
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,7 @@ class InteractiveSession:
         preview = delivery.value
         if preview is None:
             return
-        preview = replace(preview, seq=delivery.seq)
+        preview = replace(preview, seq=delivery.seq, t_event=delivery.t_event)
         with self._lock:
             if self._plane is None or preview.plane != self._plane.key:
                 return  # never show a mask on another plane

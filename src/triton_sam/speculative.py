@@ -66,6 +66,7 @@ class Delivery:
     seq: int
     value: Any
     latency_s: float  # from the event that asked for it to delivery
+    t_event: float  # when that event happened (the scheduler's clock)
 
 
 @dataclass
@@ -322,4 +323,4 @@ class SpeculativeDecoder:
         if error is not None:
             self._on_error(error)
             return
-        self._deliver(Delivery(job.kind, job.seq, value, latency))
+        self._deliver(Delivery(job.kind, job.seq, value, latency, job.t_event))

@@ -8,10 +8,12 @@ from collections.abc import Callable
 import numpy as np
 
 
-def summarize(samples_s: list[float]) -> dict[str, float]:
-    """Median, p95 and count of timings given in seconds, reported in milliseconds."""
-    ms = np.asarray(samples_s) * 1000.0
-    return {"median_ms": float(np.median(ms)), "p95_ms": float(np.percentile(ms, 95)), "n": len(ms)}
+def summarize(samples_s: list[float], percentiles: tuple[int, ...] = (95,)) -> dict[str, float | None]:
+    """Median, percentiles and count of timings given in seconds, reported in milliseconds."""
+    ms = np.asarray(samples_s, dtype=float) * 1000.0
+    stats = {"median_ms": float(np.median(ms)) if ms.size else None}
+    stats.update({f"p{p}_ms": float(np.percentile(ms, p)) if ms.size else None for p in percentiles})
+    return {**stats, "n": len(ms)}
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -48,7 +48,7 @@ def mouse_trace(shape: tuple[int, int], rate_hz: float, duration_s: float, seed:
     return [e for e in events if e[0] < duration_s]
 
 
-def _replay(trace, send) -> None:
+def replay(trace, send) -> None:
     """Call `send(index, x, y, t_event)` at each event's time."""
     start = time.perf_counter()
     for index, (t, x, y) in enumerate(trace):
@@ -67,7 +67,7 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
 
     session = InteractiveSession(engine, on_preview)
     session.set_plane("bench", image)
-    _replay(trace, lambda i, x, y, t: session.hover(x, y, t_event=t))
+    replay(trace, lambda i, x, y, t: session.hover(x, y, t_event=t))
     while not session.decoder.idle:
         time.sleep(0.01)
     session.close()
@@ -105,7 +105,7 @@ def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
         pool.submit(decode, index, x, y, t_event)
 
     with ThreadPoolExecutor(NAIVE_THREADS) as pool:
-        _replay(trace, send)
+        replay(trace, send)
     latency = np.asarray(latencies) * 1000.0
     return {
         "events": len(trace),

@@ -7,6 +7,7 @@ hits both alike.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,13 @@ def bench_image(shape: tuple[int, int]) -> np.ndarray:
     from skimage import data
 
     return np.asarray(Image.fromarray(data.astronaut()).resize((shape[1], shape[0]), Image.BILINEAR))
+
+
+def bench_images(shape: tuple[int, int], count: int) -> Iterator[np.ndarray]:
+    """`count` different images of `shape` (the bench image flipped and shifted), made one at a time."""
+    base = bench_image(shape)
+    for i in range(count):
+        yield np.roll(base if i % 2 == 0 else base[:, ::-1], shift=37 * i, axis=(0, 1))
 
 
 def run(

@@ -1,19 +1,26 @@
-"""`triton-sam bench gui`: how long napari's event loop stalls while triton-sam encodes and previews.
+"""`triton-sam bench gui`: napari as the user feels it, with the local engine and a local Triton server.
 
-A 1 ms Qt timer records the gaps between its ticks (a stall is a long gap) in three phases: Start
-(engine, preview and output layers, first plane), encoding the other planes of a 3-plane stack in
-the background, and a 120 Hz stream of cursor moves through the widget's own move handler.
+For each backend, in a real napari window: Start (engine, layers, first plane) and background
+encoding of a 3-plane stack, with the worst event-loop stall; then a scripted 120 Hz hover path
+sent as real Qt mouse-move events to the canvas, timing each event to its preview on screen (the
+first canvas frame swapped after the widget wrote the preview), with the worst stall meanwhile.
 Needs a display (use `xvfb-run -a` on a headless machine).
 """
 
 from __future__ import annotations
 
+import bisect
 import time
+from contextlib import ExitStack
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
-from qtpy.QtCore import QEventLoop, QTimer
+from qtpy.QtCore import QEvent, QEventLoop, QPointF, Qt, QTimer
+from qtpy.QtGui import QMouseEvent
+from qtpy.QtOpenGLWidgets import QOpenGLWidget
+from qtpy.QtWidgets import QApplication
+
+from .. import bench
 
 
 class StallMonitor:
@@ -42,6 +49,43 @@ class StallMonitor:
         return {"max_stall_ms": float(gaps.max()), "p99_gap_ms": float(np.percentile(gaps, 99)), "ticks": len(gaps)}
 
 
+class ScreenClock:
+    """When previews reached the screen: the first frame the canvas swapped after each was written.
+
+    Records (time of the hover call the preview answers, time on screen) per preview.
+    """
+
+    def __init__(self, widget, canvas: QOpenGLWidget) -> None:
+        self.shown: list[tuple[float, float]] = []
+        self._written: list[float] = []
+        widget.preview_shown.connect(lambda preview: self._written.append(preview.t_event))
+        canvas.frameSwapped.connect(self._swapped)
+
+    def _swapped(self) -> None:
+        now = time.perf_counter()
+        self.shown += [(t_event, now) for t_event in self._written]
+        self._written.clear()
+
+
+class CanvasMouse:
+    """Sends real Qt mouse-move events to napari's canvas at image (y, x) positions."""
+
+    def __init__(self, viewer, canvas: QOpenGLWidget, image) -> None:
+        self.viewer, self.canvas, self.image = viewer, canvas, image
+
+    def move(self, plane: int, y: float, x: float) -> None:
+        world = np.asarray(self.image.data_to_world([plane, y, x]))[-2:]
+        camera = self.viewer.scene.camera if hasattr(self.viewer, "scene") else self.viewer.camera  # napari >= 0.9
+        size = np.array([self.canvas.height(), self.canvas.width()])
+        yx = (world - np.asarray(camera.center[-2:])) * camera.zoom + size / 2
+        position = QPointF(float(yx[1]), float(yx[0]))
+        none = Qt.MouseButton.NoButton
+        event = QMouseEvent(
+            QEvent.Type.MouseMove, position, self.canvas.mapToGlobal(position), none, none, Qt.KeyboardModifier.NoModifier
+        )
+        QApplication.sendEvent(self.canvas, event)
+
+
 def _run_until(condition, timeout_s: float) -> None:
     """Run the Qt event loop (not a busy loop) until `condition()` holds."""
     loop = QEventLoop()
@@ -54,62 +98,111 @@ def _run_until(condition, timeout_s: float) -> None:
     poll.stop()
 
 
-def run(
-    model_id: str = "sam2.1_hiera_tiny",
-    shape: tuple[int, int] = (977, 1531),
-    hover_s: float = 3.0,
-    rate_hz: float = 120.0,
-    seed: int = 0,
-    workdir: Path = Path(".bench"),
-) -> dict:
-    import napari
+def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
+    """Replay `trace` as mouse moves; latency from each move to its preview on screen.
 
-    from ..bench.hover import mouse_trace
-    from ..bench.predictor import bench_image, ensure_export
-
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
-    viewer = napari.Viewer(show=True)
-    plane = bench_image(shape)
-    image = viewer.add_image(np.stack([plane, plane[::-1], plane[:, ::-1]]), name="bench", rgb=True)
-    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText("Local")
-    widget.model.setCurrentText(model_id)
-    widget.repository.setText(str(repository.resolve()))
-    monitor = StallMonitor()
-    result = {"benchmark": "gui", "model": model_id, "image_shape": list(shape)}
-
-    monitor.start()
-    started = time.perf_counter()
-    widget.connect_engine()
-    _run_until(lambda: widget.ready, 300)
-    result["start"] = {**monitor.stop(), "seconds": time.perf_counter() - started}
-
-    monitor.start()
-    started = time.perf_counter()
-    widget.toggle_encode_all()
-    _run_until(lambda: widget._encode_all_worker is None, 300)
-    result["encode"] = {**monitor.stop(), "seconds": time.perf_counter() - started, "planes": len(widget.session.cache)}
-
-    trace = iter(mouse_trace(shape, rate_hz, hover_s, seed))
+    napari throttles mouse-move callbacks (a burst reaches the widget later, as its last move),
+    so a preview is timed from the last Qt event sent before the hover call it answers.
+    """
+    canvas = next(w for w in widget.window().findChildren(QOpenGLWidget) if w.isVisible())
+    mouse, screen = CanvasMouse(viewer, canvas, image), ScreenClock(widget, canvas)
+    decoder = widget.session.decoder
+    sent_at: list[float] = []
+    pending = list(reversed(trace))
     mover = QTimer()
-    mover.setInterval(int(1000 / rate_hz))
-    done = []
+    mover.setTimerType(Qt.TimerType.PreciseTimer)
+    mover.setInterval(2)
 
     def move() -> None:
-        event = next(trace, None)
-        if event is None:
-            done.append(True)
+        """Send the events that are due by the trace's clock (strokes, then pauses without events)."""
+        elapsed = time.perf_counter() - started
+        while pending and pending[-1][0] <= elapsed:
+            _, x, y = pending.pop()
+            sent_at.append(time.perf_counter())
+            mouse.move(0, y, x)
+        if not pending:
             mover.stop()
-            return
-        _, x, y = event
-        widget._on_move(viewer, SimpleNamespace(position=image.data_to_world([0, y, x])))
 
     monitor.start()
     mover.timeout.connect(move)
+    started = time.perf_counter()
     mover.start()
-    _run_until(lambda: bool(done) and widget.session.decoder.idle, hover_s + 60)
-    result["hover"] = {**monitor.stop(), **widget.session.decoder.stats.snapshot()}
-    widget.close_session()
-    viewer.close()
+    _run_until(lambda: not mover.isActive() and decoder.idle, trace[-1][0] + 60)
+    _run_until(lambda: False, 0.2)  # the last frame
+    stalls = monitor.stop()
+    latency = [
+        on_screen - sent_at[bisect.bisect_right(sent_at, t_hover) - 1]
+        for t_hover, on_screen in screen.shown
+        if sent_at and t_hover >= sent_at[0]
+    ]
+    return {
+        **stalls,
+        "moves": len(trace),
+        "previews_on_screen": len(latency),
+        "event_to_screen_ms": bench.summarize(latency, percentiles=(50, 95, 99)),
+        "scheduler": decoder.stats.snapshot(),
+    }
+
+
+def _backend_run(backend: str, url: str | None, model_id: str, repository: Path, stack, trace) -> dict:
+    import napari
+
+    viewer = napari.Viewer(show=True)
+    try:
+        image = viewer.add_image(stack, name="bench", rgb=True)
+        _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+        widget.backend.setCurrentText(backend)
+        widget.url.setText(url or "")
+        widget.model.setCurrentText(model_id)
+        widget.repository.setText(str(repository.resolve()))
+        monitor = StallMonitor()
+        result = {}
+
+        monitor.start()
+        started = time.perf_counter()
+        widget.connect_engine()
+        _run_until(lambda: widget.ready, 300)
+        result["start"] = {**monitor.stop(), "seconds": time.perf_counter() - started, "engine": widget.session.engine.describe()}
+
+        monitor.start()
+        started = time.perf_counter()
+        widget.toggle_encode_all()
+        _run_until(lambda: widget._encode_all_worker is None, 300)
+        result["encode"] = {**monitor.stop(), "seconds": time.perf_counter() - started, "planes": len(stack)}
+
+        result["hover"] = _hover(viewer, widget, image, trace, monitor)
+        widget.close_session()
+        return result
+    finally:
+        viewer.close()
+
+
+def run(
+    model_id: str = "sam2.1_hiera_tiny",
+    shape: tuple[int, int] = (977, 1531),
+    hover_s: float = 5.0,
+    rate_hz: float = 120.0,
+    seed: int = 0,
+    backends: tuple[str, ...] = ("local", "triton"),
+    workdir: Path = Path(".bench"),
+) -> dict:
+    from ..bench.hover import mouse_trace
+    from ..bench.predictor import bench_image, ensure_export
+    from ..bench.wire import free_port
+    from ..server.local import LocalTritonServer
+
+    repository = Path(workdir) / "model_repository"
+    ensure_export(model_id, seed, repository)
+    plane = bench_image(shape)
+    stack = np.stack([plane, plane[::-1], plane[:, ::-1]])
+    trace = mouse_trace(shape, rate_hz, hover_s, seed)
+    result = {"benchmark": "gui", "model": model_id, "image_shape": list(shape), "rate_hz": rate_hz, "hover_s": hover_s}
+    for backend in backends:
+        with ExitStack() as stack_of_servers:
+            url = None
+            if backend == "triton":
+                ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+                url = stack_of_servers.enter_context(LocalTritonServer(repository, **ports)).grpc_url
+            label = "Triton" if backend == "triton" else "Local"
+            result[backend] = _backend_run(label, url, model_id, repository, stack, trace)
     return result

@@ -16,7 +16,7 @@ import numpy as np
 from napari.layers import Image
 from napari.qt.threading import create_worker
 from platformdirs import user_cache_dir
-from qtpy.QtCore import QSettings
+from qtpy.QtCore import QSettings, Signal
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -75,6 +75,9 @@ def offered_models(
 
 class TritonSamWidget(QWidget):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit."""
+
+    # Emitted with the `Preview` just written to the preview layer (benchmarks time event -> screen).
+    preview_shown = Signal(object)
 
     def __init__(self, napari_viewer: napari.Viewer) -> None:
         super().__init__()
@@ -423,6 +426,8 @@ class TritonSamWidget(QWidget):
             if preview.point is not None and not self.session.decoder.is_current(preview.seq):
                 return
         layers.show_preview(self.preview, None if preview is None else preview.mask)
+        if preview is not None:
+            self.preview_shown.emit(preview)
         stats = self.session.decoder.stats
         if preview is not None and stats.latencies_s:
             self.set_status(

@@ -164,6 +164,11 @@ class LocalTritonServer:
             return session_request_counts(response.read().decode(), model_name)
 
     @property
+    def pid(self) -> int | None:
+        """Process id of the running Triton server (its model processes are its children)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def client_headers(self) -> dict[str, str]:
         """gRPC headers a client must send to this server (the API key, if one is set)."""
         return {API_KEY_GRPC_HEADER: self.api_key} if self.api_key else {}

@@ -1,0 +1,98 @@
+"""`triton-sam bench annotators`: many simulated annotators hovering on one local Triton server.
+
+Each annotator has its own image, its own mouse trace (`hover.mouse_trace` with its own seed) and
+its own `InteractiveSession` with a Triton engine, as a napari user would. They all replay their
+traces at once against one server, run once with the session model's dynamic batcher and once
+without. Reported per count: decodes the server ran per second, event-to-preview latency over all
+annotators, and errors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..engines.triton import TritonEngine
+from ..export import write_session_model
+from ..registry import ModelSpec, get_model
+from ..server.local import LocalTritonServer
+from ..session import InteractiveSession
+from .hover import mouse_trace, replay
+from .predictor import bench_images, ensure_export
+from .wire import free_port
+
+
+def _repository(spec: ModelSpec, exported: Path, target: Path, cache_size: int) -> Path:
+    """The exported encoder and decoder with a session model that keeps `cache_size` images."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in (spec.encoder_name, spec.decoder_name):
+        link = target / name
+        if not link.exists():
+            link.symlink_to(exported.resolve() / name, target_is_directory=True)
+    write_session_model(spec, target, cache_size=cache_size)
+    return target
+
+
+def _round(server: LocalTritonServer, spec: ModelSpec, images, traces) -> dict:
+    """All annotators replay their traces at once; server decodes/s, latency, errors."""
+    errors: list[Exception] = []
+    sessions = []
+    for image in images:
+        session = InteractiveSession(TritonEngine(spec, url=server.grpc_url), lambda preview: None, on_error=errors.append)
+        session.set_plane("plane", image)  # encoded once per server: handles are content hashes
+        sessions.append(session)
+    before = server.session_requests(spec.session_name).get("decoded", 0)
+    started = time.perf_counter()
+    threads = [
+        threading.Thread(target=replay, args=(trace, lambda i, x, y, t, s=session: s.hover(x, y, t_event=t)))
+        for session, trace in zip(sessions, traces)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for session in sessions:
+        while not session.decoder.idle:
+            time.sleep(0.01)
+    seconds = time.perf_counter() - started
+    decoded = server.session_requests(spec.session_name).get("decoded", 0) - before
+    latencies = np.concatenate([np.asarray(s.decoder.stats.latencies_s) * 1000.0 for s in sessions] + [np.zeros(0)])
+    failed = sum(s.decoder.stats.failed for s in sessions)
+    for session in sessions:
+        session.close()
+        session.engine.close()
+    return {
+        "annotators": len(images),
+        "decodes_per_s": decoded / seconds,
+        "previews": int(latencies.size),
+        "latency_ms": {f"p{p}": float(np.percentile(latencies, p)) if latencies.size else None for p in (50, 95, 99)},
+        "errors": len(errors) + failed,
+        "first_error": str(errors[0]) if errors else None,
+    }
+
+
+def run(
+    model_id: str = "sam2.1_hiera_tiny",
+    counts: tuple[int, ...] = (1, 4, 16, 32),
+    duration_s: float = 10.0,
+    rate_hz: float = 120.0,
+    shape: tuple[int, int] = (977, 1531),
+    seed: int = 0,
+    workdir: Path = Path(".bench"),
+) -> dict:
+    spec = get_model(model_id)
+    exported = Path(workdir) / "model_repository"
+    ensure_export(model_id, seed, exported)
+    repository = _repository(spec, exported, Path(workdir) / "annotators_repository", cache_size=max(counts) + 4)
+    images = list(bench_images(shape, max(counts)))
+    traces = [mouse_trace(shape, rate_hz, duration_s, seed + i) for i in range(max(counts))]
+    result = {"benchmark": "annotators", "model": model_id, "image_shape": list(shape), "duration_s": duration_s}
+    for batching in (True, False):
+        ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+        with LocalTritonServer(repository, session_batching=batching, **ports) as server:
+            rounds = [_round(server, spec, images[:n], traces[:n]) for n in counts]
+        result["dynamic_batching" if batching else "no_batching"] = rounds
+    return result

@@ -1,0 +1,97 @@
+"""`triton-sam bench click`: click to committed mask, next to the official `SAM2ImagePredictor`.
+
+Ours is the interactive path: `InteractiveSession.add_point` then `commit` (which waits for the
+click's decode and returns the full-size mask), with the local engine and through a local Triton
+server. The reference is what other napari plugins do on a click: `SAM2ImagePredictor.predict`
+with the same point (three candidates, the best-scoring one kept). Same random-init weights and
+image; the image is encoded beforehand for all; calls alternate so machine noise hits all alike.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from ..engines import create_engine
+from ..registry import get_model
+from ..server.local import LocalTritonServer
+from ..session import InteractiveSession
+from . import summarize, timed
+from .predictor import bench_image, ensure_export
+from .wire import free_port
+
+
+def _reference_click(reference, x: float, y: float) -> np.ndarray:
+    masks, scores, _ = reference.predict(point_coords=np.array([[x, y]]), point_labels=np.array([1]))
+    return masks[int(np.argmax(scores))] > 0
+
+
+def _our_click(session: InteractiveSession, x: float, y: float) -> np.ndarray | None:
+    session.add_point(x, y)
+    committed = session.commit()
+    return None if committed is None else committed.mask
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else 1.0
+
+
+def run(
+    model_id: str = "sam2.1_hiera_tiny",
+    clicks: int = 20,
+    shape: tuple[int, int] = (977, 1531),
+    seed: int = 0,
+    backends: tuple[str, ...] = ("local", "triton"),
+    workdir: Path = Path(".bench"),
+) -> dict:
+    import torch
+    from sam2.sam2_image_predictor import SAM2ImagePredictor
+
+    from ..export.sam2_onnx import build_model
+
+    spec = get_model(model_id)
+    repository = Path(workdir) / "model_repository"
+    ensure_export(model_id, seed, repository)
+    image = bench_image(shape)
+    rng = np.random.default_rng(seed)
+    points = [(rng.uniform(0, shape[1] - 1), rng.uniform(0, shape[0] - 1)) for _ in range(clicks)]
+    reference = SAM2ImagePredictor(build_model(spec, seed=seed))
+    result = {"benchmark": "click", "model": model_id, "image_shape": list(shape), "clicks": clicks}
+    with ExitStack() as stack, torch.inference_mode():
+        sessions = {}
+        for backend in backends:
+            options = {}
+            if backend == "triton":
+                ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+                options["url"] = stack.enter_context(LocalTritonServer(repository, **ports)).grpc_url
+            engine = create_engine(spec, backend, repository, **options)
+            stack.callback(engine.close)
+            session = InteractiveSession(engine, lambda preview: None)
+            stack.callback(session.close)
+            session.set_plane("bench", image)
+            _our_click(session, *points[0])  # warm-up
+            sessions[backend] = session
+        reference.set_image(image)
+        _reference_click(reference, *points[0])
+
+        times: dict[str, list[float]] = {"reference": [], **{backend: [] for backend in backends}}
+        ious: dict[str, list[float]] = {backend: [] for backend in backends}
+        for x, y in points:
+            masks = {}
+            times["reference"].append(timed(lambda: masks.__setitem__("reference", _reference_click(reference, x, y))))
+            for backend, session in sessions.items():
+                times[backend].append(timed(lambda: masks.__setitem__(backend, _our_click(session, x, y))))
+                if masks[backend] is not None:
+                    ious[backend].append(_iou(masks[backend], masks["reference"]))
+    result["reference_ms"] = summarize(times["reference"])
+    for backend in backends:
+        result[backend] = {
+            "click_to_commit_ms": summarize(times[backend]),
+            "ratio_to_reference": float(np.median(times[backend]) / np.median(times["reference"])),
+            "committed": len(ious[backend]),
+            "min_iou_to_reference": min(ious[backend], default=None),
+        }
+    return result

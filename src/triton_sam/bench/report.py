@@ -1,0 +1,213 @@
+"""`triton-sam bench report`: plots (PNG) and BENCHMARKS.md from the JSON of `triton-sam bench all`.
+
+Every figure in the Markdown comes from the results file; goals are those of the project's
+issues, and each row says whether the run met them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 (after choosing the non-interactive backend)
+
+REPRODUCE = (
+    "triton-sam bench all && triton-sam bench all --only memory --soak-minutes 10 "
+    "--output bench-results/soak.json && triton-sam bench report bench-results/results.json bench-results/soak.json"
+)
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def _verdict(value: float | None, goal: float, higher_is_better: bool = False) -> str:
+    if value is None:
+        return "not measured"
+    met = value >= goal if higher_is_better else value <= goal
+    return "met" if met else "**missed**"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def _machine(results: dict) -> str:
+    m = results["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+    gpu = f"{m['cuda_devices']} CUDA device(s)" if m["cuda_devices"] else "no GPU"
+    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {gpu}; Python {m['python']}; {versions}."
+
+
+def _predictor(r: dict) -> str:
+    rows = [
+        ["encode (`set_image`)", _ms(r["ref_encode"]["median_ms"]), _ms(r["ours_encode"]["median_ms"]), f"{r['encode_ratio']:.2f}", "<= 0.7", _verdict(r["encode_ratio"], 0.7)],
+        ["decode (`predict`)", _ms(r["ref_decode"]["median_ms"]), _ms(r["ours_decode"]["median_ms"]), f"{r['decode_ratio']:.2f}", "<= 0.3", _verdict(r["decode_ratio"], 0.3)],
+    ]
+    return _table(["median ms", "official PyTorch", "ours (local ORT)", "ratio", "goal", ""], rows)
+
+
+def _click(r: dict) -> str:
+    rows = [["official `SAM2ImagePredictor.predict`", _ms(r["reference_ms"]["median_ms"]), _ms(r["reference_ms"]["p95_ms"]), "1.00", "–"]]
+    for backend in ("local", "triton"):
+        if backend in r:
+            b = r[backend]
+            rows.append([f"ours, {backend}: click + commit", _ms(b["click_to_commit_ms"]["median_ms"]), _ms(b["click_to_commit_ms"]["p95_ms"]), f"{b['ratio_to_reference']:.2f}", f"{b['min_iou_to_reference']:.4f}" if b["min_iou_to_reference"] is not None else "–"])
+    return _table(["click to full-size mask", "median ms", "p95 ms", "ratio", "min IoU vs official"], rows)
+
+
+def _hover(r: dict) -> str:
+    rows = []
+    for backend in ("local", "triton"):
+        if backend not in r:
+            continue
+        b, ours, naive = r[backend], r[backend]["ours"], r[backend]["naive"]
+        executed = "server_executed" if "server_executed" in ours else "requests_sent"
+        rows.append([
+            backend, _ms(b["single_decode"]["median_ms"]), f"{_ms(ours['latency_ms']['p50'])} / {_ms(ours['latency_ms']['p95'])}",
+            f"{_ms(b['p95_goal_ms'])} ({_verdict(ours['latency_ms']['p95'], b['p95_goal_ms'])})",
+            f"{_ms(naive['latency_ms']['p50'])} / {_ms(naive['latency_ms']['p95'])}",
+            f"{ours['stale_delivered']} / {naive['stale_delivered']}",
+            f"{ours[executed]} / {naive[executed]} ({b['executed_ratio_naive_over_ours']:.0f}x; {_verdict(b['executed_ratio_naive_over_ours'], 5, True)})",
+        ])
+    header = ["engine", "single decode ms", "ours p50 / p95 ms", "p95 goal ms", "naive p50 / p95 ms", "stale shown ours / naive", "decodes run ours / naive (goal 5x)"]
+    return _table(header, rows)
+
+
+def _gui(r: dict) -> str:
+    if "skipped" in r or "failed" in r:
+        return f"Not measured: {r.get('skipped') or r.get('stderr_tail')}\n"
+    goals = {"local": 60.0, "triton": 80.0}
+    rows = []
+    for backend in ("local", "triton"):
+        if backend in r:
+            h = r[backend]["hover"]
+            e2e = h["event_to_screen_ms"]
+            rows.append([backend, f"{_ms(e2e['median_ms'])} / {_ms(e2e['p95_ms'])} / {_ms(e2e['p99_ms'])}", f"{goals[backend]:.0f} ({_verdict(e2e['p95_ms'], goals[backend])})",
+                         str(e2e["n"]), _ms(h["max_stall_ms"]), _ms(r[backend]["encode"]["max_stall_ms"]), f"{r[backend]['start']['seconds']:.2f}"])
+    return _table(["engine", "move to pixels p50 / p95 / p99 ms", "p95 goal ms", "previews", "max stall hovering ms", "max stall encoding ms", "Start s"], rows)
+
+
+def _annotators(r: dict) -> str:
+    rows = []
+    for mode in ("dynamic_batching", "no_batching"):
+        for row in r.get(mode, []):
+            rows.append([mode.replace("_", " "), str(row["annotators"]), f"{row['decodes_per_s']:.1f}", _ms(row["latency_ms"]["p95"]), str(row["errors"])])
+    table = _table(["server", "annotators", "decodes/s", "p95 ms", "errors"], rows)
+    by_mode = {mode: {row["annotators"]: row for row in r.get(mode, [])} for mode in ("dynamic_batching", "no_batching")}
+    if 16 in by_mode["dynamic_batching"] and 16 in by_mode["no_batching"] and 1 in by_mode["dynamic_batching"]:
+        batched, plain, single = by_mode["dynamic_batching"][16], by_mode["no_batching"][16], by_mode["dynamic_batching"][1]
+        gain = batched["decodes_per_s"] / max(plain["decodes_per_s"], 1e-9)
+        p95_ratio = (batched["latency_ms"]["p95"] or 0) / max(single["latency_ms"]["p95"] or 1e-9, 1e-9)
+        table += (f"\nGoal at 16 annotators: batching >= 2x the throughput without it ({gain:.2f}x: {_verdict(gain, 2.0, True)}) "
+                  f"with p95 <= 2x the single annotator's ({p95_ratio:.2f}x: {_verdict(p95_ratio, 2.0)}).\n")
+    return table
+
+
+def _memory(r: dict) -> str:
+    client = r["client"]
+    rows = [[f"client, {row['images']} images", f"{row['cached']} cached, {row['cache_mib']:.0f} MiB (bound {client['cache_bound_mib']:.0f})", f"{row['rss_mib']:.0f}"] for row in client["rows"]]
+    server = r["server"]
+    rows += [[f"server, {row['images']} images", f"keeps {min(row['images'], server['session_cache_size'])} (cache_size {server['session_cache_size']})", f"{row['rss_mib']:.0f}"] for row in server["rows"]]
+    text = _table(["process", "embeddings", "resident MiB"], rows)
+    soak = r.get("soak")
+    if soak:
+        text += (f"\nSoak: {soak['seconds'] / 60:.1f} min of hovering through Triton ({soak['hover_events']} moves, {soak['previews']} previews): "
+                 f"client {soak['client_rss_mib']['first']:.0f} -> {soak['client_rss_mib']['last']:.0f} MiB, server "
+                 f"{soak['server_rss_mib']['first']:.0f} -> {soak['server_rss_mib']['last']:.0f} MiB; growth over the second half "
+                 f"{soak['client_growth_mib_per_min_second_half'] or 0:.2f} / {soak['server_growth_mib_per_min_second_half'] or 0:.2f} MiB/min (client / server).\n")
+    return text
+
+
+def _plot_annotators(r: dict, path: Path) -> Path:
+    figure, (throughput, latency) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for mode in ("dynamic_batching", "no_batching"):
+        rows = r.get(mode, [])
+        counts = [row["annotators"] for row in rows]
+        throughput.plot(counts, [row["decodes_per_s"] for row in rows], marker="o", label=mode.replace("_", " "))
+        latency.plot(counts, [row["latency_ms"]["p95"] or 0 for row in rows], marker="o", label=mode.replace("_", " "))
+    throughput.set(xlabel="annotators", ylabel="decodes/s", xscale="log", title="server throughput")
+    latency.set(xlabel="annotators", ylabel="p95 ms", xscale="log", yscale="log", title="event to preview")
+    throughput.legend()
+    return _save(figure, path)
+
+
+def _plot_hover(hover: dict, gui: dict, path: Path) -> Path:
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    labels, values = [], []
+    for backend in ("local", "triton"):
+        if backend in hover:
+            labels += [f"{backend}\nnaive", f"{backend}\nours"]
+            values += [hover[backend]["naive"]["latency_ms"]["p95"], hover[backend]["ours"]["latency_ms"]["p95"]]
+        if backend in gui and "hover" in gui[backend]:
+            labels.append(f"{backend}\nnapari")
+            values.append(gui[backend]["hover"]["event_to_screen_ms"]["p95_ms"] or 0)
+    axis.bar(labels, values, color=["tab:red" if "naive" in label else "tab:blue" for label in labels])
+    axis.set(yscale="log", ylabel="p95 ms, event to preview", title="hover latency (log scale)")
+    return _save(figure, path)
+
+
+def _plot_soak(soak: dict, path: Path) -> Path:
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    minutes, client, server = zip(*soak["samples"])
+    axis.plot(minutes, client, label="client (napari side)")
+    axis.plot(minutes, server, label="Triton server + models")
+    axis.set(xlabel="minutes of hovering", ylabel="resident MiB", title="memory during the soak", ylim=(0, None))
+    axis.legend()
+    return _save(figure, path)
+
+
+def _save(figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def merge(runs: list[dict]) -> dict:
+    """One results dict from several `bench all` runs: a later run's benchmarks replace earlier ones."""
+    merged = {**runs[0], "results": {}, "seconds": {}}
+    for run in runs:
+        merged["results"].update(run["results"])
+        merged["seconds"].update(run["seconds"])
+    return merged
+
+
+def write(results: dict, plots: Path, markdown: Path) -> list[Path]:
+    """Write the plots into `plots` and the tables into `markdown`; returns what was written."""
+    r = results["results"]
+    plots.mkdir(parents=True, exist_ok=True)
+    written = []
+    link = Path(os.path.relpath(plots, markdown.parent)).as_posix()
+    if "annotators" in r:
+        written.append(_plot_annotators(r["annotators"], plots / "annotators.png"))
+    if "hover" in r:
+        written.append(_plot_hover(r["hover"], r.get("gui", {}), plots / "hover.png"))
+    if r.get("memory", {}).get("soak"):
+        written.append(_plot_soak(r["memory"]["soak"], plots / "soak.png"))
+    sections = {
+        "predictor": ("Local engine vs the official predictor", _predictor),
+        "click": ("Click to committed mask", _click),
+        "hover": ("Hover scheduling (Qt-free session vs a naive client)", _hover),
+        "gui": ("In napari: mouse move to preview on screen", _gui),
+        "annotators": ("Many annotators on one Triton server", _annotators),
+        "memory": ("Memory", _memory),
+    }
+    text = [
+        "# Benchmarks\n",
+        f"Measured on: {_machine(results)}\n",
+        f"Model {results['model']} with random-init weights (same compute as the released weights). "
+        f"Profile `{results['profile']}`; seconds per benchmark: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())
+        + f". Reproduce: `{REPRODUCE}`.\n",
+    ]
+    for name, (title, section) in sections.items():
+        if name in r:
+            text.append(f"## {title}\n\n{section(r[name])}")
+    text.append("## Plots\n\n" + "\n".join(f"![{p.stem}]({link}/{p.name})" for p in written) + "\n")
+    markdown.write_text("\n".join(text))
+    return [*written, markdown]

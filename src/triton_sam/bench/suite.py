@@ -1,0 +1,123 @@
+"""`triton-sam bench all`: every benchmark in one command, results in one JSON file.
+
+Each benchmark runs with the settings of the chosen profile ("full" for published figures,
+"smoke" to check in seconds that they all run) and its result is written to the file as soon as
+it is done, so an interrupted run keeps what it measured. The napari benchmark runs in its own
+process (it needs a display: under `xvfb-run` where there is none).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+from ..engines.providers import cuda_device_count
+
+PROFILES: dict[str, dict[str, dict]] = {
+    "full": {
+        "predictor": {"encodes": 2, "decodes": 20},
+        "triton": {"encodes": 2, "decodes": 30, "clients": (1, 4, 16), "duration_s": 2.0},
+        "hover": {"duration_s": 10.0},
+        "click": {"clicks": 20},
+        "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
+        "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
+        "gui": {"hover_s": 5.0},
+    },
+    "smoke": {
+        "predictor": {"encodes": 1, "decodes": 2},
+        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5},
+        "hover": {"duration_s": 1.0},
+        "click": {"clicks": 2},
+        "annotators": {"counts": (1, 2), "duration_s": 1.0},
+        "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
+        "gui": {"hover_s": 1.0},
+    },
+}
+
+
+def machine() -> dict:
+    """What the figures were measured on."""
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = {}
+    for package in ("triton-sam", "onnxruntime-gpu", "onnxruntime", "torch", "napari", "tritonclient"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "cuda_devices": cuda_device_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+    }
+
+
+def _in_process(name: str) -> Callable[..., dict]:
+    from importlib import import_module
+
+    return import_module(f"triton_sam.bench.{name}").run
+
+
+def _gui(model_id: str, seed: int, workdir: Path, hover_s: float) -> dict:
+    """The napari benchmark in a child process, under a virtual display when there is no display."""
+    command = [sys.executable, "-m", "triton_sam.cli", "bench", "gui", "--model", model_id, "--duration", str(hover_s),
+               "--seed", str(seed), "--workdir", str(workdir)]
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        if shutil.which("xvfb-run") is None:
+            return {"skipped": "no display and no xvfb-run"}
+        command = ["xvfb-run", "-a", *command]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"failed": done.returncode, "stderr_tail": done.stderr[-2000:]}
+    return json.loads(done.stdout)
+
+
+def run_all(
+    output: Path,
+    profile: str = "full",
+    model_id: str = "sam2.1_hiera_tiny",
+    seed: int = 0,
+    workdir: Path = Path(".bench"),
+    only: tuple[str, ...] | None = None,
+    soak_s: float | None = None,
+    progress: Callable[[str], None] = print,
+) -> dict:
+    """Run the benchmarks of `profile` (or `only` those) and write their results to `output`.
+
+    `soak_s` overrides the profile's memory soak (the full profile keeps it short to stay within
+    15 minutes; `--soak-minutes 10` for the long one).
+    """
+    settings = {name: dict(options) for name, options in PROFILES[profile].items()}
+    if soak_s is not None:
+        settings["memory"]["soak_s"] = soak_s
+    results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    for name, options in settings.items():
+        if only and name not in only:
+            continue
+        progress(f"bench {name} ...")
+        started = time.perf_counter()
+        if name == "gui":
+            results["results"][name] = _gui(model_id, seed, workdir, **options)
+        else:
+            results["results"][name] = _in_process(name)(model_id, seed=seed, workdir=workdir, **options)
+        results["seconds"][name] = round(time.perf_counter() - started, 1)
+        output.write_text(json.dumps(results, indent=2))
+    return results

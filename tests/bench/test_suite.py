@@ -1,0 +1,50 @@
+"""`triton-sam bench all` on its smoke settings: every benchmark runs and the report is written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import PARITY_SEED, require_server_env
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("napari")
+
+
+def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_repository, tmp_path):
+    from triton_sam.bench import report, suite
+
+    require_server_env()
+    workdir = tmp_path / "bench"
+    workdir.mkdir()
+    (workdir / "model_repository").symlink_to(sam2_tiny_repository, target_is_directory=True)
+    output = tmp_path / "results.json"
+
+    results = suite.run_all(output, "smoke", seed=PARITY_SEED, workdir=workdir, progress=lambda message: None)
+
+    r = results["results"]
+    assert json.loads(output.read_text()) == results
+    assert set(r) == set(suite.PROFILES["smoke"])
+    assert r["predictor"]["ours_decode"]["n"] == 2 and r["predictor"]["ref_decode"]["n"] == 2
+    assert r["click"]["local"]["committed"] == 2 and r["click"]["local"]["min_iou_to_reference"] > 0.9
+    for backend in ("local", "triton"):
+        assert r["hover"][backend]["ours"]["stale_delivered"] == 0
+        assert r["hover"][backend]["ours"]["delivered"] >= 1
+        assert r["gui"][backend]["hover"]["previews_on_screen"] >= 1, r["gui"]
+    assert r["hover"]["triton"]["ours"]["server_executed"] >= 1
+    for mode in ("dynamic_batching", "no_batching"):
+        assert [row["annotators"] for row in r["annotators"][mode]] == [1, 2]
+        assert all(row["errors"] == 0 and row["decodes_per_s"] > 0 for row in r["annotators"][mode])
+    client = r["memory"]["client"]["rows"]
+    assert [row["cached"] for row in client] == [1, 3] and client[1]["cache_mib"] > client[0]["cache_mib"]
+    assert r["memory"]["server"]["rows"][0]["rss_mib"] > 0 and r["memory"]["soak"]["samples"]
+
+    written = report.write(results, tmp_path / "plots", tmp_path / "BENCHMARKS.md")
+    for png in (p for p in written if p.suffix == ".png"):
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    markdown = (tmp_path / "BENCHMARKS.md").read_text()
+    for title in ("Click to committed mask", "In napari", "Many annotators", "Memory"):
+        assert f"## {title}" in markdown
+    assert f"{r['click']['local']['ratio_to_reference']:.2f}" in markdown
+    assert "(plots/annotators.png)" in markdown
