@@ -1,8 +1,10 @@
+import tracemalloc
+
 import numpy as np
 import pytest
 
 from triton_sam.errors import InvalidInputError
-from triton_sam.image import resize_square, to_rgb_uint8
+from triton_sam.image import model_input, resize_square, to_rgb_uint8
 
 
 def test_uint8_rgb_is_used_as_is():
@@ -60,3 +62,39 @@ def test_resize_square_matches_torchvision_antialiased_resize():
     reference = Resize((1024, 1024), antialias=True)(tensor).permute(1, 2, 0).numpy()
     assert ours.shape == (1024, 1024, 3)
     assert np.abs(ours - reference).max() <= 0.51 + 1e-3  # rounding to uint8 only
+
+
+def test_scaling_in_blocks_of_rows_equals_scaling_at_once(monkeypatch):
+    image = np.random.default_rng(2).integers(0, 65536, (301, 203), dtype=np.uint16)
+    whole = to_rgb_uint8(image, contrast_limits=(1000, 60000))
+    monkeypatch.setattr("triton_sam.image._BLOCK_PIXELS", 203 * 7)  # 43 blocks of 7 rows
+    assert np.array_equal(to_rgb_uint8(image, contrast_limits=(1000, 60000)), whole)
+
+
+def test_grayscale_model_input_equals_the_rgb_path():
+    gray = np.random.default_rng(3).integers(0, 4096, (500, 700), dtype=np.uint16)
+    assert np.array_equal(model_input(gray, 256), resize_square(to_rgb_uint8(gray), 256))
+
+
+def test_a_huge_uint16_plane_becomes_a_model_input_without_float_copies(monkeypatch):
+    """20000x20000 uint16 (800 MB): numpy never holds more than a uint8 copy of the plane."""
+    rng = np.random.default_rng(4)
+    plane = np.zeros((20000, 20000), np.uint16)
+    plane[::97, ::89] = rng.integers(0, 65536, plane[::97, ::89].shape, dtype=np.uint16)
+    plane[5000:9000, 6000:12000] = 50000  # a bright object
+    tracemalloc.start()
+    try:
+        result = model_input(plane, 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.shape == (1024, 1024, 3) and result.dtype == np.uint8
+    assert peak < 1.2 * plane.size  # a float32 copy would be 1.6 GB; the uint8 plane is 400 MB
+    y0, y1, x0, x1 = (round(v * 1024 / 20000) for v in (5000, 9000, 6000, 12000))
+    assert (result[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2] == round(50000 * 255 / plane.max())).all()
+    # Resizing from uint8 stays within a grey level of the float path (checked on a smaller copy).
+    small = plane[:4200, :4200]
+    monkeypatch.setattr("triton_sam.image.LARGE_PLANE_PIXELS", 10**9)
+    exact = model_input(small, 1024).astype(int)
+    monkeypatch.undo()
+    assert np.abs(model_input(small, 1024).astype(int) - exact).max() <= 1

@@ -5,6 +5,9 @@ Conversion rules (documented in the README):
 - any other dtype (uint16, int, float) is scaled linearly from `contrast_limits` (default: the
   image's min and max) to 0..255 and clipped, the way a viewer shows it;
 - grayscale (HxW or HxWx1) is repeated to 3 channels, RGBA drops alpha.
+
+Planes of any size are converted without full-size float copies: scaling runs in blocks of rows,
+and planes over `LARGE_PLANE_PIXELS` are resized from uint8 (memory stays near one uint8 plane).
 """
 
 from __future__ import annotations
@@ -15,18 +18,28 @@ from PIL import Image
 from .errors import InvalidInputError
 
 ContrastLimits = tuple[float, float]
+# Above this many pixels a channel is resized from uint8 (Pillow rounds between its two passes,
+# at most one grey level away) instead of from a float copy four times its size.
+LARGE_PLANE_PIXELS = 4096 * 4096
+_BLOCK_PIXELS = 2**22  # rows scaled per step: about 16 MiB of float32
 
 
-def to_rgb_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
-    """Validate `image` (HxW, HxWx1, HxWx3 or HxWx4) and return it as an HxWx3 uint8 array."""
+def to_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
+    """Validate `image` (HxW, HxWx1, HxWx3 or HxWx4) and return it as HxW or HxWx3 uint8."""
     image = np.asarray(image)
     _check_shape(image)
     if image.ndim == 3:
         image = image[..., :3] if image.shape[2] >= 3 else image[..., 0]
-    scaled = _scale_to_uint8(image, contrast_limits)
-    if scaled.ndim == 2:
-        scaled = np.repeat(scaled[..., None], 3, axis=2)
-    return np.ascontiguousarray(scaled)
+    return _scale_to_uint8(image, contrast_limits)
+
+
+def to_rgb_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
+    """`to_uint8`, with grayscale repeated to three channels: HxWx3 uint8."""
+    return _as_rgb(to_uint8(image, contrast_limits))
+
+
+def _as_rgb(image: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image)
 
 
 def _check_shape(image: np.ndarray) -> None:
@@ -52,27 +65,41 @@ def _scale_to_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None) -
     lo, hi = float(lo), float(hi)
     if not (np.isfinite(lo) and np.isfinite(hi)) or hi < lo:
         raise InvalidInputError(f"Invalid contrast limits ({lo}, {hi}).")
+    out = np.zeros(image.shape, np.uint8)
     if hi == lo:
-        return np.zeros(image.shape, np.uint8)
-    scaled = (image.astype(np.float32) - np.float32(lo)) * np.float32(255.0 / (hi - lo))
-    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
+        return out
+    rows = max(1, _BLOCK_PIXELS // max(1, image[0].size))
+    for start in range(0, image.shape[0], rows):
+        block = (image[start : start + rows].astype(np.float32) - np.float32(lo)) * np.float32(255.0 / (hi - lo))
+        np.clip(np.rint(block, out=block), 0, 255, out=block)
+        out[start : start + rows] = block
+    return out
 
 
-def resize_square(rgb: np.ndarray, size: int) -> np.ndarray:
-    """Resize an HxWx3 uint8 image to size x size, ignoring the aspect ratio (SAM2's transform).
+def _resize_channel(channel: np.ndarray, size: int) -> np.ndarray:
+    """One uint8 channel to size x size with Pillow's antialiased bilinear filter, as float32."""
+    if channel.size > LARGE_PLANE_PIXELS:
+        return np.asarray(Image.fromarray(np.ascontiguousarray(channel)).resize((size, size), Image.BILINEAR), np.float32)
+    return np.asarray(Image.fromarray(channel.astype(np.float32)).resize((size, size), Image.BILINEAR))
+
+
+def resize_square(image: np.ndarray, size: int) -> np.ndarray:
+    """Resize an HxW or HxWxC uint8 image to size x size, ignoring the aspect ratio (SAM2's transform).
 
     Each channel is resized in float with Pillow's antialiased bilinear filter, which is the
     filter torchvision's `Resize(antialias=True)` reproduces, and rounded once at the end.
     """
-    if rgb.shape[:2] == (size, size):
-        return rgb
-    channels = [
-        np.asarray(Image.fromarray(rgb[..., c].astype(np.float32)).resize((size, size), Image.BILINEAR))
-        for c in range(rgb.shape[2])
-    ]
-    return np.clip(np.rint(np.stack(channels, axis=-1)), 0, 255).astype(np.uint8)
+    if image.shape[:2] == (size, size):
+        return image
+    channels = [image] if image.ndim == 2 else [image[..., c] for c in range(image.shape[2])]
+    resized = np.stack([_resize_channel(c, size) for c in channels], axis=-1)
+    out = np.clip(np.rint(resized), 0, 255).astype(np.uint8)
+    return out[..., 0] if image.ndim == 2 else out
 
 
 def model_input(image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
-    """What the encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), size x size."""
-    return resize_square(to_rgb_uint8(image, contrast_limits), size)
+    """What the encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), size x size.
+
+    Grayscale is resized before it is repeated to RGB: a third of the work and memory.
+    """
+    return _as_rgb(resize_square(to_uint8(image, contrast_limits), size))

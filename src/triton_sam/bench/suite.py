@@ -1,9 +1,10 @@
 """`triton-sam bench all`: every benchmark in one command, results in one JSON file.
 
 Each benchmark runs with the settings of the chosen profile ("full" for published figures,
-"smoke" to check in seconds that they all run) and its result is written to the file as soon as
-it is done, so an interrupted run keeps what it measured. The napari benchmark runs in its own
-process (it needs a display: under `xvfb-run` where there is none).
+"smoke" to check in seconds that they all run) in a process of its own, so that none inherits
+another's memory, threads or warm caches, and its result is written to the file as soon as it is
+done: an interrupted run keeps what it measured. The napari benchmark needs a display (it runs
+under `xvfb-run` where there is none).
 """
 
 from __future__ import annotations
@@ -68,24 +69,29 @@ def machine() -> dict:
     }
 
 
-def _in_process(name: str) -> Callable[..., dict]:
-    from importlib import import_module
+RUNNERS = {
+    "predictor": "triton_sam.bench.predictor",
+    "triton": "triton_sam.bench.triton",
+    "hover": "triton_sam.bench.hover",
+    "click": "triton_sam.bench.click",
+    "annotators": "triton_sam.bench.annotators",
+    "memory": "triton_sam.bench.memory",
+    "gui": "triton_sam.plugin.responsiveness",
+}
 
-    return import_module(f"triton_sam.bench.{name}").run
 
-
-def _gui(model_id: str, seed: int, workdir: Path, hover_s: float) -> dict:
-    """The napari benchmark in a child process, under a virtual display when there is no display."""
-    command = [sys.executable, "-m", "triton_sam.cli", "bench", "gui", "--model", model_id, "--duration", str(hover_s),
-               "--seed", str(seed), "--workdir", str(workdir)]
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+def _child(name: str, options: dict, model_id: str, seed: int, workdir: Path) -> dict:
+    """Run benchmark `name` in a child process (this module's `__main__`); its result, or why not."""
+    command = [sys.executable, "-m", "triton_sam.bench.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
+    if name == "gui" and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         if shutil.which("xvfb-run") is None:
             return {"skipped": "no display and no xvfb-run"}
         command = ["xvfb-run", "-a", *command]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"failed": done.returncode, "stderr_tail": done.stderr[-2000:]}
-    return json.loads(done.stdout)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"failed": done.returncode, "stderr_tail": done.stderr[-3000:]}
+    return json.loads(lines[-1])
 
 
 def run_all(
@@ -114,10 +120,15 @@ def run_all(
             continue
         progress(f"bench {name} ...")
         started = time.perf_counter()
-        if name == "gui":
-            results["results"][name] = _gui(model_id, seed, workdir, **options)
-        else:
-            results["results"][name] = _in_process(name)(model_id, seed=seed, workdir=workdir, **options)
+        results["results"][name] = _child(name, options, model_id, seed, workdir)
         results["seconds"][name] = round(time.perf_counter() - started, 1)
         output.write_text(json.dumps(results, indent=2))
     return results
+
+
+if __name__ == "__main__":  # one benchmark, for `_child`: name, options (JSON), model, seed, workdir
+    from importlib import import_module
+
+    name, options, model_id, seed, workdir = sys.argv[1:]
+    run = import_module(RUNNERS[name]).run
+    print(json.dumps(run(model_id, seed=int(seed), workdir=Path(workdir), **json.loads(options))))
