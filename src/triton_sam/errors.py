@@ -35,3 +35,7 @@ class ServerUnavailableError(TritonSamError):
 
 class ServerModelError(TritonSamError):
     """A Triton server that answers but does not serve the model as this client needs it."""
+
+
+class ServerBusyError(TritonSamError):
+    """A Triton server that answers but turned the request away for load (queue full or timed out)."""

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from conftest import start_server
 from synthetic import disk_image, write_repository
@@ -15,7 +16,7 @@ from triton_sam import contract
 from triton_sam.bench.wire import CountingProxy, free_port
 from triton_sam.engines import CancelToken, create_engine
 from triton_sam.engines.triton import TritonClient, TritonEngine, served_models
-from triton_sam.errors import DecodeCancelled, ServerModelError, ServerUnavailableError
+from triton_sam.errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from triton_sam.export import write_session_model
 from triton_sam.predictor import Predictor
 from triton_sam.prompts import build_request
@@ -315,3 +316,16 @@ def test_auto_without_a_server_says_why_it_runs_locally(synthetic_repository):
     engine = create_engine(TINY, "auto", synthetic_repository, url=f"127.0.0.1:{free_port()}", timeout_s=1.0)
     assert "Triton not used" in engine.describe() and "not answering" in engine.describe()
     engine.close()
+
+
+def test_a_full_server_queue_is_reported_as_overload_not_as_a_dead_server(synthetic_server):
+    """Triton's own refusal text (queue policy); `auto` must not give up on the server for it."""
+    engine = TritonEngine(TINY, url=synthetic_server.grpc_url)
+    try:
+        for text in ("[request id: <id_unknown>] Exceeds maximum queue size", "Request timeout expired"):
+            error = engine._error(InferenceServerException(text, status="StatusCode.UNAVAILABLE"))
+            assert isinstance(error, ServerBusyError) and "overloaded" in str(error)
+        down = engine._error(InferenceServerException("failed to connect to all addresses", status="StatusCode.UNAVAILABLE"))
+        assert isinstance(down, ServerUnavailableError)
+    finally:
+        engine.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -262,4 +264,35 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     widget.toggle_encode_all()  # run to the end this time
     qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=60000)
     assert len(widget.session.cache) == 40
+    widget.close_session()
+
+
+def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_nothing(
+    qtbot, viewer, synthetic_repository, monkeypatch
+):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    engine = widget.session.engine
+    decode = engine.decode
+
+    def slow_decode(*args, **kwargs):  # a slow engine, to remove the layer mid-decode
+        time.sleep(0.5)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "decode", slow_decode)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 300, 150))
+    qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
+    viewer.layers.remove(image)
+    assert "removed" in widget.status.text() and not widget.ready
+    qtbot.waitUntil(lambda: widget.session.decoder.idle, timeout=5000)
+    qtbot.wait(200)
+    assert not preview.data.any()  # the late result was not shown
+    move(viewer, world(image, 80, 80))
+    click(viewer, world(image, 80, 80))
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.wait(300)
+    assert widget.session.decoder.stats.events == 1 and widget.session.object.empty
+    assert layers.OBJECTS_NAME not in viewer.layers and not preview.data.any()
     widget.close_session()

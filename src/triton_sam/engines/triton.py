@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from .. import contract
-from ..errors import DecodeCancelled, ServerModelError, ServerUnavailableError
+from ..errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
 from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
@@ -29,6 +29,7 @@ ENV_API_KEY = "TRITON_SAM_API_KEY"
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve --api-key`: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
 DEFAULT_URL = "127.0.0.1:8001"
+REENCODE_ATTEMPTS = 3
 # Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
 # reconnect backoff short so a restarted server is found again within a second or two.
 CHANNEL_ARGS = [
@@ -39,6 +40,7 @@ CHANNEL_ARGS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
+_OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
 
 
 def default_url() -> str:
@@ -192,15 +194,21 @@ class TritonEngine(Engine):
         except ServerUnavailableError:
             if not self._wait_until_ready(cancel):
                 raise
-        if cancel is not None and cancel.cancelled:
-            raise DecodeCancelled("decode cancelled")
         # The server lost the embedding (eviction, restart): encode again; the handle is content-based.
-        if self._encode(features.model_input) != features.handle:
-            raise ServerModelError("The server returned a different handle for the same image.")
-        try:
-            return self._decode(features.handle, request, multimask_output, cancel)
-        except _HandleLost as error:
-            raise ServerModelError(f"The server on {self.client.url} lost the embedding again at once.") from error
+        # Under heavy load other clients' images may evict it again before the retry: try a few times.
+        for _ in range(REENCODE_ATTEMPTS):
+            if cancel is not None and cancel.cancelled:
+                raise DecodeCancelled("decode cancelled")
+            if self._encode(features.model_input) != features.handle:
+                raise ServerModelError("The server returned a different handle for the same image.")
+            try:
+                return self._decode(features.handle, request, multimask_output, cancel)
+            except _HandleLost:
+                continue
+        raise ServerModelError(
+            f"The server on {self.client.url} evicted this image's embedding {REENCODE_ATTEMPTS} times in a row: "
+            f"its cache (`cache_size` in {self.spec.session_name}'s config.pbtxt) is too small for its clients' images."
+        )
 
     def _wait_until_ready(self, cancel: CancelToken | None) -> bool:
         """Poll the session model for up to `reconnect_s` (a restarting server); True once ready."""
@@ -252,6 +260,11 @@ class TritonEngine(Engine):
         return DecodeResult(masks, scores, object_scores)
 
     def _error(self, error: InferenceServerException) -> Exception:
+        if any(sign in (error.message() or "") for sign in _OVERLOADED):
+            return ServerBusyError(
+                f"Triton at {self.client.url} is overloaded ({_message(error)}): too many requests are waiting. "
+                "It answers again when the load drops; more server capacity (GPU, instances) helps for good."
+            )
         if error.status() in _UNREACHABLE or error.status() is None:
             return self.client.unreachable(error)
         return ServerModelError(f"Triton at {self.client.url} refused the request: {_message(error)}")

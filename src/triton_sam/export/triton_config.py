@@ -106,8 +106,9 @@ def decoder_outputs(spec: ModelSpec) -> list[tuple[str, str, tuple[int, ...]]]:
     ]
 
 
-def _rejecting_batcher(queue_delay_us: int, timeout_us: int) -> str:
-    """Dynamic batching whose queue rejects requests older than `timeout_us` (clients may override)."""
+def _rejecting_batcher(queue_delay_us: int, timeout_us: int, max_queue: int = 64) -> str:
+    """Dynamic batching whose queue rejects requests older than `timeout_us` (clients may override)
+    and new ones beyond `max_queue` waiting."""
     return (
         "dynamic_batching {\n"
         + f"  max_queue_delay_microseconds: {queue_delay_us}\n"
@@ -115,7 +116,7 @@ def _rejecting_batcher(queue_delay_us: int, timeout_us: int) -> str:
         + "    timeout_action: REJECT\n"
         + f"    default_timeout_microseconds: {timeout_us}\n"
         + "    allow_timeout_override: true\n"
-        + "    max_queue_size: 64\n"
+        + f"    max_queue_size: {max_queue}\n"
         + "  }\n"
         + "}\n"
     )
@@ -160,7 +161,9 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
         f'name: "{spec.session_name}"\nbackend: "python"\nmax_batch_size: {SESSION_MAX_BATCH}\n'
         + f"input {_tensors(inputs)}\n"
         + f"output {_tensors(outputs)}\n"
-        + _rejecting_batcher(queue_delay_us=0, timeout_us=10_000_000)
+        # Cancelled hover decodes stay in the batcher's queue until it reaches them: room for 32+
+        # annotators (measured: 64 overflowed with 32 annotators hovering). Encodes hold 3 MiB each.
+        + _rejecting_batcher(queue_delay_us=0, timeout_us=10_000_000, max_queue=256)
         + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         + parameters
     )

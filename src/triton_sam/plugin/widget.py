@@ -158,6 +158,10 @@ class TritonSamWidget(QWidget):
         layout.addStretch()
 
     def _refresh_layers(self, event=None) -> None:
+        if self.session is not None and self.image is not None and self.image not in self.viewer.layers:
+            # Only state changes here: napari may be tearing its layers down (viewer closing).
+            self._index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
+            self.set_status("The image layer was removed: choose a layer and press Start.")
         current = self.layer.currentText()
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
         self.layer.clear()
@@ -341,6 +345,7 @@ class TritonSamWidget(QWidget):
         return (
             self.session is not None
             and self._index is not None
+            and self.image in self.viewer.layers
             and self.session.plane == layers.plane_key(self.image, self._index)
         )
 
