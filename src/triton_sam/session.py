@@ -26,7 +26,7 @@ from .engines import CancelToken, Engine, ImageFeatures
 from .image import ContrastLimits, model_input
 from .masks import upsample_logits
 from .prompts import build_request
-from .speculative import Delivery, SpeculativeDecoder
+from .speculative import SETTLE_FACTOR, Delivery, SpeculativeDecoder
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,13 @@ class InteractiveSession:
         self._objects: dict[Hashable, ObjectPrompts] = {}
         self._last_hover: tuple[float, float] | None = None
         self._hover_preview: Preview | None = None
-        self.decoder = SpeculativeDecoder(self._deliver, max_in_flight, on_error, cancel_running=engine.cancel_running)
+        self.decoder = SpeculativeDecoder(
+            self._deliver,
+            max_in_flight,
+            on_error,
+            cancel_running=engine.cancel_running,
+            settle_factor=SETTLE_FACTOR if engine.settle_hovers else 0.0,
+        )
 
     # --- planes -------------------------------------------------------------------------------
 

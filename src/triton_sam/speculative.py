@@ -7,9 +7,10 @@ newer one exists (through the engine: gRPC cancel, ONNX Runtime terminate), and 
 only while it is the newest: a stale mask is never shown. Prompt jobs (clicks) are never dropped or
 cancelled by hovers; they run before pending hovers, in order.
 
-A hover job starts only once the cursor has rested a little longer than its usual gap between
-moves (`SETTLE_FACTOR`): while it sweeps, a decode would be superseded before it could be shown,
-so starting it only burns engine time that other annotators of the same server need.
+With a `settle_factor`, a hover job starts only once the cursor has rested a little longer than
+its usual gap between moves: while it sweeps, a decode would be superseded before it could be
+shown, so starting it only burns time that other annotators of the same server need. (Sessions
+settle on a Triton engine, not on the local one, where a superseded decode stops at once.)
 
 Plain Python threads, no Qt: results go to the `deliver` callback on a worker thread, and the
 caller moves them where it needs them (the napari widget marshals them to the GUI thread).

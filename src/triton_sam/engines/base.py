@@ -81,6 +81,9 @@ class Engine(ABC):
     spec: ModelSpec
     # How a scheduler should treat a superseded running decode (see speculative.py).
     cancel_running: str = CANCEL_ALWAYS
+    # Whether a scheduler should wait for the cursor to rest before a hover decode: yes where
+    # decodes cost a shared server; no on the user's own CPU, where a superseded decode stops at once.
+    settle_hovers: bool = False
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:

@@ -45,6 +45,10 @@ class FallbackEngine(Engine):
     def cancel_running(self) -> str:
         return self.active.cancel_running
 
+    @property
+    def settle_hovers(self) -> bool:
+        return self.active.settle_hovers
+
     def describe(self) -> str:
         if self.fallback_reason is None:
             return self.active.describe()

@@ -124,6 +124,8 @@ def served_models(client: TritonClient) -> list[str]:
 class TritonEngine(Engine):
     """The session model of one SAM model on a Triton server."""
 
+    settle_hovers = True  # decodes started mid-sweep cost the server's other annotators
+
     def __init__(
         self,
         spec: ModelSpec,
