@@ -21,8 +21,8 @@ from ..registry import ModelSpec, get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession
 from .hover import mouse_trace, replay
-from .predictor import bench_images, ensure_export
-from .wire import free_port
+from .predictor import bench_images, exported_repository
+from .wire import loopback_server
 
 
 def _repository(spec: ModelSpec, exported: Path, target: Path, cache_size: int) -> Path:
@@ -84,15 +84,13 @@ def run(
     workdir: Path = Path(".bench"),
 ) -> dict:
     spec = get_model(model_id)
-    exported = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, exported)
+    exported = exported_repository(model_id, seed, workdir)
     repository = _repository(spec, exported, Path(workdir) / "annotators_repository", cache_size=max(counts) + 4)
     images = list(bench_images(shape, max(counts)))
     traces = [mouse_trace(shape, rate_hz, duration_s, seed + i) for i in range(max(counts))]
     result = {"benchmark": "annotators", "model": model_id, "image_shape": list(shape), "duration_s": duration_s}
     for batching in (True, False):
-        ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
-        with LocalTritonServer(repository, session_batching=batching, **ports) as server:
+        with loopback_server(repository, session_batching=batching) as server:
             rounds = [_round(server, spec, images[:n], traces[:n]) for n in counts]
         result["dynamic_batching" if batching else "no_batching"] = rounds
     return result

@@ -16,11 +16,10 @@ import numpy as np
 
 from ..engines import create_engine
 from ..registry import get_model
-from ..server.local import LocalTritonServer
 from ..session import InteractiveSession
 from . import summarize, timed
-from .predictor import bench_image, ensure_export
-from .wire import free_port
+from .predictor import bench_image, exported_repository
+from .wire import loopback_server
 
 
 def _reference_click(reference, x: float, y: float) -> np.ndarray:
@@ -53,8 +52,7 @@ def run(
     from ..export.sam2_onnx import build_model
 
     spec = get_model(model_id)
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
+    repository = exported_repository(model_id, seed, workdir)
     image = bench_image(shape)
     rng = np.random.default_rng(seed)
     points = [(rng.uniform(0, shape[1] - 1), rng.uniform(0, shape[0] - 1)) for _ in range(clicks)]
@@ -65,8 +63,7 @@ def run(
         for backend in backends:
             options = {}
             if backend == "triton":
-                ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
-                options["url"] = stack.enter_context(LocalTritonServer(repository, **ports)).grpc_url
+                options["url"] = stack.enter_context(loopback_server(repository)).grpc_url
             engine = create_engine(spec, backend, repository, **options)
             stack.callback(engine.close)
             session = InteractiveSession(engine, lambda preview: None)

@@ -25,8 +25,8 @@ from ..registry import ModelSpec, get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession, Preview
 from . import summarize, timed
-from .predictor import bench_image, ensure_export
-from .wire import free_port
+from .predictor import bench_image, exported_repository
+from .wire import loopback_server
 
 NAIVE_THREADS = 4
 
@@ -167,8 +167,7 @@ def run(
     workdir: Path = Path(".bench"),
 ) -> dict:
     spec = get_model(model_id)
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
+    repository = exported_repository(model_id, seed, workdir)
     image = bench_image(shape)
     trace = mouse_trace(shape, rate_hz, duration_s, seed)
     result = {"benchmark": "hover", "model": model_id, "image_shape": list(shape), "rate_hz": rate_hz,
@@ -178,7 +177,7 @@ def run(
         result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None)}
         engine.close()
     if "triton" in backends:
-        with LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port()) as server:
+        with loopback_server(repository) as server:
             engine = create_engine(spec, "triton", url=server.grpc_url)
             result["triton"] = {"engine": engine.describe(), **_modes(engine, image, trace, server)}
             engine.close()

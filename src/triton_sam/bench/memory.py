@@ -26,8 +26,8 @@ from ..registry import get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession
 from .hover import mouse_trace, replay
-from .predictor import bench_images, ensure_export
-from .wire import free_port
+from .predictor import bench_images, exported_repository
+from .wire import loopback_server
 
 MIB = 2**20
 
@@ -118,12 +118,10 @@ def run(
     workdir: Path = Path(".bench"),
 ) -> dict:
     spec = get_model(model_id)
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
+    repository = exported_repository(model_id, seed, workdir)
     result = {"benchmark": "memory", "model": model_id, "image_shape": list(shape)}
     result["client"] = _client(repository, spec, shape, client_counts)
-    ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
-    with LocalTritonServer(repository, **ports) as server:
+    with loopback_server(repository) as server:
         result["server"] = {"session_cache_size": SESSION_CACHE_SIZE, "rows": _server(server, spec, shape, server_counts)}
         if soak_s > 0:
             result["soak"] = _soak(server, spec, next(bench_images(shape, 1)), soak_s, sample_s)

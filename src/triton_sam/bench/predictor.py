@@ -19,21 +19,26 @@ from ..repository import locate, read_metadata
 from . import summarize, timed
 
 
-def ensure_export(model_id: str, seed: int, repository: Path) -> None:
-    """Export random-init weights from `seed` unless that exact export is already there."""
+def exported_repository(model_id: str, seed: int, workdir: Path) -> Path:
+    """`workdir`/model_repository with `model_id` exported from random-init weights of `seed`.
+
+    Exports only when that exact export is not there yet.
+    """
     from ..export import write_session_model
 
     spec = get_model(model_id)
+    repository = Path(workdir) / "model_repository"
     try:
         exported = locate(spec, repository)
         if all(read_metadata(path.parent.parent).get("seed") == seed for path in (exported.encoder, exported.decoder)):
             write_session_model(spec, repository)  # cheap; keeps an older export's session model current
-            return
+            return repository
     except (ModelNotFoundError, ModelFileError):
         pass
     from ..export import export_model
 
     export_model(spec, repository, seed=seed, progress=lambda message: print(message, file=sys.stderr))
+    return repository
 
 
 def bench_image(shape: tuple[int, int]) -> np.ndarray:
@@ -65,8 +70,7 @@ def run(
 
     from ..export.sam2_onnx import build_model
 
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
+    repository = exported_repository(model_id, seed, workdir)
     reference = SAM2ImagePredictor(build_model(get_model(model_id), seed=seed))
     ours = Predictor(model_id, model_repository=repository)
     image = bench_image(shape)

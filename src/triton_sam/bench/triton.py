@@ -19,10 +19,9 @@ from ..engines.triton import TritonEngine
 from ..image import model_input
 from ..prompts import DecodeRequest, build_request
 from ..registry import ModelSpec, get_model
-from ..server.local import LocalTritonServer
 from . import summarize, timed
-from .predictor import bench_image, ensure_export
-from .wire import CountingProxy, free_port
+from .predictor import bench_image, exported_repository
+from .wire import CountingProxy, loopback_server
 
 
 def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
@@ -108,17 +107,12 @@ def run(
     workdir: Path = Path(".bench"),
 ) -> dict:
     spec = get_model(model_id)
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
+    repository = exported_repository(model_id, seed, workdir)
     inputs = _model_inputs(spec, shape, encodes + 1)
     local = create_engine(spec, "local", repository)
     result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
 
-    def server(session_batching: bool) -> LocalTritonServer:
-        ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
-        return LocalTritonServer(repository, session_batching=session_batching, **ports)
-
-    with server(session_batching=True) as batching:
+    with loopback_server(repository, session_batching=True) as batching:
         proxy = CountingProxy(batching.grpc_url)
         remote = TritonEngine(spec, url=proxy.url)
         remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)  # warm-up, connection set-up
@@ -132,6 +126,6 @@ def run(
         ]
         result["executions_by_batch_size"] = _batch_sizes(batching.grpc_url, spec)
     local.close()
-    with server(session_batching=False) as plain:
+    with loopback_server(repository, session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
     return result

@@ -1,9 +1,12 @@
-"""Measure the wire: a counting TCP proxy (bytes per call each way) and free loopback ports."""
+"""Measure the wire: a counting TCP proxy (bytes per call each way), free loopback ports, servers on them."""
 
 from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
+
+from ..server.local import LocalTritonServer
 
 
 class CountingProxy:
@@ -59,3 +62,8 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def loopback_server(repository: Path, **options) -> LocalTritonServer:
+    """A local Triton server (not started yet) on free loopback ports."""
+    return LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), **options)

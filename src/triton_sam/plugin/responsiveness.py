@@ -187,12 +187,10 @@ def run(
     workdir: Path = Path(".bench"),
 ) -> dict:
     from ..bench.hover import mouse_trace
-    from ..bench.predictor import bench_image, ensure_export
-    from ..bench.wire import free_port
-    from ..server.local import LocalTritonServer
+    from ..bench.predictor import bench_image, exported_repository
+    from ..bench.wire import loopback_server
 
-    repository = Path(workdir) / "model_repository"
-    ensure_export(model_id, seed, repository)
+    repository = exported_repository(model_id, seed, workdir)
     plane = bench_image(shape)
     stack = np.stack([plane, plane[::-1], plane[:, ::-1]])
     trace = mouse_trace(shape, rate_hz, hover_s, seed)
@@ -201,8 +199,7 @@ def run(
         with ExitStack() as stack_of_servers:
             url = None
             if backend == "triton":
-                ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
-                url = stack_of_servers.enter_context(LocalTritonServer(repository, **ports)).grpc_url
+                url = stack_of_servers.enter_context(loopback_server(repository)).grpc_url
             label = "Triton" if backend == "triton" else "Local"
             result[backend] = _backend_run(label, url, model_id, repository, stack, trace)
     return result
