@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import start_server
 from synthetic import disk_image
 from triton_sam import Predictor
 
@@ -295,4 +296,50 @@ def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_
     qtbot.wait(300)
     assert widget.session.decoder.stats.events == 1 and widget.session.object.empty
     assert layers.OBJECTS_NAME not in viewer.layers and not preview.data.any()
+    widget.close_session()
+
+
+def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(
+    qtbot, viewer, synthetic_repository, monkeypatch
+):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    canvas = _canvas(viewer).native
+    click(viewer, world(image, 80, 80))
+    qtbot.waitUntil(lambda: widget.session.object.decoded_version == 1, timeout=10000)
+    qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: layers.OBJECTS_NAME in viewer.layers and viewer.layers[layers.OBJECTS_NAME].data.any(), timeout=10000)
+    objects = viewer.layers[layers.OBJECTS_NAME]
+    before = objects.data.copy()
+
+    def broken_decode(*args, **kwargs):
+        raise RuntimeError("the accelerator fell over")
+
+    monkeypatch.setattr(widget.session.engine, "decode", broken_decode)
+    click(viewer, world(image, 300, 150))
+    qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: "accelerator fell over" in widget.status.text() or "Nothing to commit" in widget.status.text(), timeout=10000)
+    qtbot.wait(300)
+    np.testing.assert_array_equal(objects.data, before)
+    assert widget.session.next_object_id == 2
+    widget.close_session()
+
+
+def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies(qtbot, viewer, synthetic_repository):
+    server = start_server(synthetic_repository)
+    try:
+        image = viewer.add_image(disk_image(H, W, DISKS))
+        viewer.reset_view()
+        widget = start(qtbot, viewer, backend="Auto", url=server.grpc_url, repository=synthetic_repository)
+        assert widget.session.engine.describe().startswith("Triton at")
+        preview = viewer.layers[layers.PREVIEW_NAME]
+        move(viewer, world(image, 300, 150))
+        qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+    finally:
+        server.stop()
+    move(viewer, world(image, 80, 80))  # the server is gone: this preview comes from the local engine
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1 and not preview.data[150, 300], timeout=30000)
+    assert "Triton not used" in widget.session.engine.describe()
+    qtbot.waitUntil(lambda: "Triton not used" in widget.status.text(), timeout=5000)
     widget.close_session()
