@@ -343,3 +343,46 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies(qtbot, v
     assert "Triton not used" in widget.session.engine.describe()
     qtbot.waitUntil(lambda: "Triton not used" in widget.status.text(), timeout=5000)
     widget.close_session()
+
+
+def _as(dtype, data: np.ndarray) -> np.ndarray:
+    """The disks image in another dtype/range, bright where the disks are."""
+    if dtype == "bool":
+        return data > 0
+    if dtype == "uint16-full":
+        return (data.astype(np.uint32) * 257).astype(np.uint16)  # 0-65535
+    return data.astype(dtype)
+
+
+@pytest.mark.parametrize(
+    "dtype, leading, rgba",
+    [("bool", (), False), ("int32", (), False), ("uint16-full", (), False), ("float64", (), False),
+     ("uint8", (2, 3), False), ("uint16-full", (2, 1, 2), False), ("uint8", (), True)],
+    ids=["bool", "int32", "uint16-0-65535", "float64", "4D", "5D", "RGBA"],
+)
+def test_odd_images_get_a_preview_of_the_right_object(qtbot, viewer, synthetic_repository, dtype, leading, rgba):
+    plane = _as(dtype, disk_image(H, W, DISKS))
+    if rgba:
+        plane = np.dstack([plane, plane, plane, np.full((H, W), 255, np.uint8)])
+    data = np.broadcast_to(plane, (*leading, *plane.shape)).copy()
+    image = viewer.add_image(data, rgb=rgba)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    move(viewer, np.asarray(image.data_to_world([*([0] * len(leading)), 150, 300]))[-2:])
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+    assert not preview.data[80, 80]  # the other disk is another object
+    widget.close_session()
+
+
+def test_an_image_with_nan_says_so_and_nothing_is_encoded(qtbot, viewer, synthetic_repository):
+    data = disk_image(H, W, DISKS).astype(np.float32)
+    data[0, 0] = np.nan
+    viewer.add_image(data)
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.repository.setText(str(synthetic_repository))
+    widget.backend.setCurrentText("Local")
+    widget.connect_engine()
+    qtbot.waitUntil(lambda: "NaN" in widget.status.text(), timeout=20000)
+    assert not widget.ready and len(widget.session.cache) == 0
+    widget.close_session()

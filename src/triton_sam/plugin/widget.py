@@ -193,6 +193,7 @@ class TritonSamWidget(QWidget):
             self.api_key.text() or None,
             self.tls.isChecked(),
             Path(self.repository.text()).expanduser(),
+            _ignore_errors=True,
             _start_thread=False,
         )
         worker.returned.connect(self._models_found)
@@ -229,7 +230,13 @@ class TritonSamWidget(QWidget):
         self.set_status(f"Connecting ({backend}) ...")
         self.start.setEnabled(False)
         worker = create_worker(
-            create_engine, spec, backend, repository, **(options if backend != "local" else {}), _start_thread=False
+            create_engine,
+            spec,
+            backend,
+            repository,
+            **(options if backend != "local" else {}),
+            _ignore_errors=True,  # reported in the status line (`_failed`), not re-raised as a traceback
+            _start_thread=False,
         )
         worker.returned.connect(self._engine_ready)
         worker.errored.connect(self._failed)
@@ -272,7 +279,13 @@ class TritonSamWidget(QWidget):
         self.set_status(f"Encoding plane {index or '(2D)'} ...")
         started = time.perf_counter()
         worker = create_worker(
-            self.session.set_plane, key, data, contrast, _progress={"desc": "triton-sam: encoding"}, _start_thread=False
+            self.session.set_plane,
+            key,
+            data,
+            contrast,
+            _progress={"desc": "triton-sam: encoding"},
+            _ignore_errors=True,
+            _start_thread=False,
         )
         worker.returned.connect(lambda _: self._plane_ready(index, time.perf_counter() - started))
         worker.errored.connect(self._failed)
@@ -326,7 +339,10 @@ class TritonSamWidget(QWidget):
                 yield done
 
         worker = create_worker(
-            encode_all, _progress={"total": len(indices), "desc": "triton-sam: encoding all planes"}, _start_thread=False
+            encode_all,
+            _progress={"total": len(indices), "desc": "triton-sam: encoding all planes"},
+            _ignore_errors=True,
+            _start_thread=False,
         )
         worker.yielded.connect(lambda done: self.set_status(f"Encoded {done} of {len(indices)} planes."))
         worker.finished.connect(self._encode_all_finished)
@@ -393,7 +409,7 @@ class TritonSamWidget(QWidget):
         if not self._active():
             return
         index = self._index
-        worker = create_worker(self.session.commit, _start_thread=False)
+        worker = create_worker(self.session.commit, _ignore_errors=True, _start_thread=False)
         worker.returned.connect(lambda committed: self._write(committed, index))
         worker.errored.connect(self._failed)
         worker.start()
