@@ -90,3 +90,12 @@ def test_predict_before_set_image_is_an_error(synthetic_repository):
     predictor.set_image(np.zeros((5, 5), np.uint8))
     predictor.reset_predictor()
     assert not predictor.is_image_set
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (5, 1), (2, 3, 3)])
+def test_one_pixel_wide_images_give_masks_of_their_own_size(predictor, shape):
+    predictor.set_image(np.full(shape, 200, np.uint8))
+    masks, scores, _ = predictor.predict(point_coords=[[0, 0]], point_labels=[1])
+    assert masks.shape == (3, *shape[:2]) and scores.shape == (3,)
+    with pytest.raises(InvalidInputError, match="outside"):
+        predictor.predict(point_coords=[[shape[1] + 1, 0]], point_labels=[1])
