@@ -167,7 +167,7 @@ class SpeculativeDecoder:
 
     def _learn_gap(self, gap_s: float) -> None:
         if gap_s < MAX_MOVE_GAP_S:
-            self._typical_gap_s = gap_s if self._typical_gap_s is None else 0.8 * self._typical_gap_s + 0.2 * gap_s
+            self._typical_gap_s = _moving_average(self._typical_gap_s, gap_s)
 
     @property
     def settle_s(self) -> float:
@@ -309,8 +309,7 @@ class SpeculativeDecoder:
                 self.stats.failed += 1
             else:
                 self.stats.executed += 1
-                run_s = self._clock() - job.t_started
-                self._typical_run_s = run_s if self._typical_run_s is None else 0.8 * self._typical_run_s + 0.2 * run_s
+                self._typical_run_s = _moving_average(self._typical_run_s, self._clock() - job.t_started)
             hover_current = job.generation == self._generation and job.seq == self._latest_hover
             current = job.seq > self._last_delivered and (job.kind == PROMPT or hover_current)
             if error is None and not current:
@@ -325,3 +324,8 @@ class SpeculativeDecoder:
             self._on_error(error)
             return
         self._deliver(Delivery(job.kind, job.seq, value, latency, job.t_event))
+
+
+def _moving_average(average: float | None, sample: float) -> float:
+    """Exponential moving average that follows recent samples (weight 0.2 for the newest)."""
+    return sample if average is None else 0.8 * average + 0.2 * sample

@@ -12,11 +12,10 @@ from synthetic import disk_image
 from triton_sam import Predictor
 
 napari = pytest.importorskip("napari")
-from qtpy.QtCore import QEvent, QPointF, Qt  # noqa: E402
-from qtpy.QtGui import QMouseEvent  # noqa: E402
-from qtpy.QtWidgets import QApplication  # noqa: E402
+from qtpy.QtCore import QEvent, Qt  # noqa: E402
 
 from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin.responsiveness import send_mouse  # noqa: E402
 from triton_sam.plugin.widget import KEYS, TritonSamWidget  # noqa: E402
 
 H, W = 240, 400
@@ -27,29 +26,18 @@ def _canvas(viewer):
     return viewer.window._qt_viewer.canvas  # the vispy canvas: tests need its Qt widget
 
 
-def _to_canvas(viewer, world_yx) -> QPointF:
-    """Canvas pixel of a 2D world point (napari's 2D camera: centre + zoom)."""
-    native = _canvas(viewer).native
-    center = np.asarray(viewer.camera.center[-2:])
-    yx = (np.asarray(world_yx) - center) * viewer.camera.zoom + np.array([native.height(), native.width()]) / 2
-    return QPointF(float(yx[1]), float(yx[0]))
-
-
-def _send(viewer, kind, pos: QPointF, button=Qt.MouseButton.NoButton, buttons=Qt.MouseButton.NoButton, modifiers=Qt.KeyboardModifier.NoModifier):
-    native = _canvas(viewer).native
-    event = QMouseEvent(kind, pos, native.mapToGlobal(pos), button, buttons, modifiers)
-    QApplication.sendEvent(native, event)
+def _send(viewer, kind, world_yx, button=Qt.MouseButton.NoButton, buttons=Qt.MouseButton.NoButton, modifiers=Qt.KeyboardModifier.NoModifier):
+    send_mouse(viewer, _canvas(viewer).native, kind, world_yx, button, buttons, modifiers)
 
 
 def move(viewer, world_yx) -> None:
-    _send(viewer, QEvent.Type.MouseMove, _to_canvas(viewer, world_yx))
+    _send(viewer, QEvent.Type.MouseMove, world_yx)
 
 
 def click(viewer, world_yx, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
-    pos = _to_canvas(viewer, world_yx)
     left = Qt.MouseButton.LeftButton
-    _send(viewer, QEvent.Type.MouseButtonPress, pos, left, left, modifiers)
-    _send(viewer, QEvent.Type.MouseButtonRelease, pos, left, Qt.MouseButton.NoButton, modifiers)
+    _send(viewer, QEvent.Type.MouseButtonPress, world_yx, left, left, modifiers)
+    _send(viewer, QEvent.Type.MouseButtonRelease, world_yx, left, Qt.MouseButton.NoButton, modifiers)
 
 
 def world(layer, x: float, y: float) -> np.ndarray:
@@ -233,7 +221,7 @@ def test_rgb_image_and_ctrl_drag_box(qtbot, viewer, synthetic_repository):
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
     ctrl, left = Qt.KeyboardModifier.ControlModifier, Qt.MouseButton.LeftButton
-    start_pos, end_pos = _to_canvas(viewer, world(image, 250, 100)), _to_canvas(viewer, world(image, 350, 200))
+    start_pos, end_pos = world(image, 250, 100), world(image, 350, 200)
     _send(viewer, QEvent.Type.MouseButtonPress, start_pos, left, left, ctrl)
     for t in np.linspace(0, 1, 6)[1:]:
         _send(viewer, QEvent.Type.MouseMove, start_pos + (end_pos - start_pos) * float(t), left, left, ctrl)

@@ -18,7 +18,7 @@ import numpy as np
 from qtpy.QtCore import QEvent, QEventLoop, QPointF, Qt, QTimer
 from qtpy.QtGui import QMouseEvent
 from qtpy.QtOpenGLWidgets import QOpenGLWidget
-from qtpy.QtWidgets import QApplication
+from qtpy.QtWidgets import QApplication, QWidget
 
 from .. import bench
 
@@ -67,23 +67,21 @@ class ScreenClock:
         self._written.clear()
 
 
-class CanvasMouse:
-    """Sends real Qt mouse-move events to napari's canvas at image (y, x) positions."""
-
-    def __init__(self, viewer, canvas: QOpenGLWidget, image) -> None:
-        self.viewer, self.canvas, self.image = viewer, canvas, image
-
-    def move(self, plane: int, y: float, x: float) -> None:
-        world = np.asarray(self.image.data_to_world([plane, y, x]))[-2:]
-        camera = self.viewer.scene.camera if hasattr(self.viewer, "scene") else self.viewer.camera  # napari >= 0.9
-        size = np.array([self.canvas.height(), self.canvas.width()])
-        yx = (world - np.asarray(camera.center[-2:])) * camera.zoom + size / 2
-        position = QPointF(float(yx[1]), float(yx[0]))
-        none = Qt.MouseButton.NoButton
-        event = QMouseEvent(
-            QEvent.Type.MouseMove, position, self.canvas.mapToGlobal(position), none, none, Qt.KeyboardModifier.NoModifier
-        )
-        QApplication.sendEvent(self.canvas, event)
+def send_mouse(
+    viewer,
+    canvas: QWidget,
+    kind: QEvent.Type,
+    world_yx,
+    button: Qt.MouseButton = Qt.MouseButton.NoButton,
+    buttons: Qt.MouseButton = Qt.MouseButton.NoButton,
+    modifiers: Qt.KeyboardModifier = Qt.KeyboardModifier.NoModifier,
+) -> None:
+    """Send a real Qt mouse event to napari's canvas at a 2D world point (camera centre + zoom)."""
+    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera  # napari >= 0.9
+    size = np.array([canvas.height(), canvas.width()])
+    yx = (np.asarray(world_yx)[-2:] - np.asarray(camera.center[-2:])) * camera.zoom + size / 2
+    position = QPointF(float(yx[1]), float(yx[0]))
+    QApplication.sendEvent(canvas, QMouseEvent(kind, position, canvas.mapToGlobal(position), button, buttons, modifiers))
 
 
 def _run_until(condition, timeout_s: float) -> None:
@@ -105,7 +103,7 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
     so a preview is timed from the last Qt event sent before the hover call it answers.
     """
     canvas = next(w for w in widget.window().findChildren(QOpenGLWidget) if w.isVisible())
-    mouse, screen = CanvasMouse(viewer, canvas, image), ScreenClock(widget, canvas)
+    screen = ScreenClock(widget, canvas)
     decoder = widget.session.decoder
     sent_at: list[float] = []
     pending = list(reversed(trace))
@@ -119,7 +117,7 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
         while pending and pending[-1][0] <= elapsed:
             _, x, y = pending.pop()
             sent_at.append(time.perf_counter())
-            mouse.move(0, y, x)
+            send_mouse(viewer, canvas, QEvent.Type.MouseMove, image.data_to_world([0, y, x]))
         if not pending:
             mover.stop()
 
