@@ -25,6 +25,7 @@ from triton_sam.registry import get_model
 TINY = get_model("sam2.1_hiera_tiny")
 SMALL = get_model("sam2.1_hiera_small")
 IMAGE = disk_image(300, 400, [(100, 100, 50), (300, 200, 40)])
+OTHER = disk_image(300, 400, [(300, 200, 70)])
 
 
 def _stats(url: str, model: str) -> dict:
@@ -296,10 +297,12 @@ def test_restart_is_recovered_and_a_dead_server_gives_a_clear_error_quickly(synt
         server.stop()
 
 
-def test_auto_uses_triton_and_falls_back_to_local_when_it_dies(synthetic_repository):
+def test_auto_falls_back_to_local_when_the_server_dies_and_goes_back_when_it_returns(synthetic_repository):
     server = start_server(synthetic_repository)
     try:
-        predictor = Predictor(backend="auto", url=server.grpc_url, model_repository=synthetic_repository, reconnect_s=0.5)
+        predictor = Predictor(
+            backend="auto", url=server.grpc_url, model_repository=synthetic_repository, reconnect_s=0.5, retry_s=0.5
+        )
         assert predictor.engine.describe().startswith("Triton at")
         predictor.set_image(IMAGE)
         expected = predictor.predict(**_one_point())[0]
@@ -307,7 +310,22 @@ def test_auto_uses_triton_and_falls_back_to_local_when_it_dies(synthetic_reposit
         np.testing.assert_array_equal(predictor.predict(**_one_point())[0], expected)
         assert "local ONNX Runtime" in predictor.engine.describe()
         assert "not answering" in predictor.engine.fallback_reason
+
+        predictor.set_image(OTHER)  # encoded locally while the server is away
+        assert predictor.get_image_embedding().arrays
+        expected_other = predictor.predict(**_one_point(300, 200))[0]
+        server.start()  # same ports
+        deadline = time.monotonic() + 30
+        while predictor.engine.fallback_reason is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert predictor.engine.describe().startswith("Triton at")
+        # Features encoded locally stay usable; new images are encoded on the server again.
+        np.testing.assert_array_equal(predictor.predict(**_one_point(300, 200))[0], expected_other)
+        predictor.set_image(IMAGE)
+        assert predictor.get_image_embedding().arrays == {}
+        np.testing.assert_array_equal(predictor.predict(**_one_point())[0], expected)
         predictor.close()
+        assert not any(t.name == "triton-sam-reconnect" for t in threading.enumerate())
     finally:
         server.stop()
 

@@ -31,6 +31,7 @@ def create_engine(spec: ModelSpec, backend: str = "local", model_repository: Pat
     """An engine for `spec` on `backend`: "local" (ONNX Runtime here), "triton" (a Triton server at
     `url`), or "auto" (Triton when it answers, else local; see `FallbackEngine`).
     """
+    retry = {"retry_s": options.pop("retry_s")} if "retry_s" in options else {}  # auto only
     triton_options = {k: v for k, v in options.items() if k in TRITON_OPTIONS}
     local_options = {k: v for k, v in options.items() if k not in TRITON_OPTIONS}
     if backend == "local":
@@ -40,7 +41,9 @@ def create_engine(spec: ModelSpec, backend: str = "local", model_repository: Pat
     if backend == "auto":
         from .fallback import FallbackEngine
 
-        return FallbackEngine(lambda: _triton(spec, triton_options), lambda: _local(spec, model_repository, local_options))
+        return FallbackEngine(
+            lambda: _triton(spec, triton_options), lambda: _local(spec, model_repository, local_options), **retry
+        )
     raise InvalidInputError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
 
 

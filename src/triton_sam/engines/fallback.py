@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -13,33 +14,76 @@ from .base import CancelToken, DecodeResult, Engine, ImageFeatures
 
 logger = logging.getLogger(__name__)
 
+RETRY_S = 10.0  # while on the local engine, try the server again this often
+
 
 class FallbackEngine(Engine):
-    """Uses `connect()` (a Triton engine) and switches to `local()` for good when it fails.
+    """Uses `connect()` (a Triton engine) while it answers and `local()` while it does not.
 
-    The switch happens at start (server unreachable or without the model) or mid-session (server
-    died): features from the server are then encoded again locally from the kept model input.
-    `fallback_reason` says why the local engine is in use (None while on Triton).
+    The switch to local happens at start (server unreachable or without the model) or mid-session
+    (server died): features from the server are then encoded again locally from the kept model input.
+    While local because the server was unreachable, a background thread tries `connect()` every
+    `retry_s` seconds and new encodes go to the server again once it answers; features already
+    encoded locally stay with the local engine. `fallback_reason` says why the local engine is in use
+    (None while on Triton).
     """
 
-    def __init__(self, connect: Callable[[], Engine], local: Callable[[], Engine]) -> None:
+    def __init__(self, connect: Callable[[], Engine], local: Callable[[], Engine], retry_s: float = RETRY_S) -> None:
+        self._connect = connect
         self._local_factory = local
+        self.retry_s = retry_s
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._retrying: threading.Thread | None = None
+        self._server: Engine | None = None
+        self._local: Engine | None = None
         self._local_features: tuple[str, ImageFeatures] | None = None  # (handle, local features)
         self.fallback_reason: str | None = None
-        self.active: Engine | None = None
         try:
-            self.active = connect()
+            self._server = connect()
         except (ServerUnavailableError, ServerModelError) as error:
-            self._switch(error)
+            self._use_local(error, None)
         self.spec = self.active.spec
 
-    def _switch(self, error: Exception) -> None:
-        """Use the local engine from now on, and say why."""
-        self.fallback_reason = str(error)
+    @property
+    def active(self) -> Engine:
+        """The engine new work goes to: the server while it answers, else the local engine."""
+        server = self._server
+        return server if server is not None else self._local
+
+    def _use_local(self, error: Exception, failed: Engine | None) -> None:
+        """Send new work to the local engine (unless `failed` was already replaced), and say why."""
+        with self._lock:
+            if failed is not self._server:
+                return  # another thread switched already, or the server came back since
+            self.fallback_reason = str(error)
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+            if self._local is None:
+                self._local = self._local_factory()
+            if isinstance(error, ServerUnavailableError) and self._retrying is None and not self._closed.is_set():
+                self._retrying = threading.Thread(target=self._retry, name="triton-sam-reconnect", daemon=True)
+                self._retrying.start()
         logger.warning("Using the local engine: %s", error)
-        if self.active is not None:
-            self.active.close()
-        self.active = self._local_factory()
+
+    def _retry(self) -> None:
+        """Try the server every `retry_s` seconds until it answers or the engine is closed."""
+        while not self._closed.wait(self.retry_s):
+            try:
+                server = self._connect()
+            except (ServerUnavailableError, ServerModelError) as error:
+                logger.debug("Triton still not usable: %s", error)
+                continue
+            with self._lock:
+                self._retrying = None
+                if self._closed.is_set():
+                    server.close()
+                    return
+                self._server, self.fallback_reason = server, None
+            logger.warning("Triton answers again: %s", server.describe())
+            return
+        self._retrying = None
 
     @property
     def cancel_running(self) -> str:
@@ -50,17 +94,19 @@ class FallbackEngine(Engine):
         return self.active.settle_hovers
 
     def describe(self) -> str:
-        if self.fallback_reason is None:
+        reason = self.fallback_reason
+        if reason is None:
             return self.active.describe()
-        return f"{self.active.describe()} (Triton not used: {self.fallback_reason.splitlines()[0]})"
+        return f"{self.active.describe()} (Triton not used: {reason.splitlines()[0]})"
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
-        if self.fallback_reason is None:
+        server = self._server
+        if server is not None:
             try:
-                return self.active.encode(image)
+                return server.encode(image)
             except ServerUnavailableError as error:
-                self._switch(error)
-        return self.active.encode(image)
+                self._use_local(error, server)
+        return self._local.encode(image)
 
     def decode(
         self,
@@ -69,20 +115,30 @@ class FallbackEngine(Engine):
         multimask_output: bool = True,
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
-        if self.fallback_reason is None:
-            try:
-                return self.active.decode(features, request, multimask_output, cancel)
-            except ServerUnavailableError as error:
-                self._switch(error)
-        return self.active.decode(self._as_local(features), request, multimask_output, cancel)
+        if not features.arrays:  # held by the server
+            server = self._server
+            if server is not None:
+                try:
+                    return server.decode(features, request, multimask_output, cancel)
+                except ServerUnavailableError as error:
+                    self._use_local(error, server)
+            features = self._as_local(features)
+        return self._local.decode(features, request, multimask_output, cancel)
 
     def _as_local(self, features: ImageFeatures) -> ImageFeatures:
-        """Features the local engine can use; server-side ones are encoded here once."""
-        if features.arrays:
-            return features
-        if self._local_features is None or self._local_features[0] != features.handle:
-            self._local_features = (features.handle, self.active.encode(features.model_input))
-        return self._local_features[1]
+        """Features the local engine can use: server-side ones are encoded here once."""
+        cached = self._local_features
+        if cached is None or cached[0] != features.handle:
+            cached = (features.handle, self._local.encode(features.model_input))
+            self._local_features = cached
+        return cached[1]
 
     def close(self) -> None:
-        self.active.close()
+        self._closed.set()
+        with self._lock:
+            engines = [e for e in (self._server, self._local) if e is not None]
+            retrying = self._retrying
+        for engine in engines:
+            engine.close()
+        if retrying is not None:
+            retrying.join(timeout=5.0)

@@ -19,13 +19,15 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from .. import contract
-from ..errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
+from ..errors import DecodeCancelled, InvalidInputError, ServerBusyError, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
 from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
 
 ENV_URL = "TRITON_SAM_URL"
 ENV_API_KEY = "TRITON_SAM_API_KEY"
+ENV_TIMEOUT = "TRITON_SAM_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 10.0
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve --api-key`: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
 DEFAULT_URL = "127.0.0.1:8001"
@@ -48,6 +50,18 @@ def default_url() -> str:
     return os.environ.get(ENV_URL) or DEFAULT_URL
 
 
+def default_timeout_s() -> float:
+    """`$TRITON_SAM_TIMEOUT_S`, else 10 s: how long a decode or a server check may take."""
+    text = os.environ.get(ENV_TIMEOUT)
+    try:
+        seconds = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise InvalidInputError(f"${ENV_TIMEOUT} must be a positive number of seconds, not {text!r}.")
+    return seconds
+
+
 class _HandleLost(Exception):
     """The server no longer has the features behind a handle."""
 
@@ -61,7 +75,7 @@ class TritonClient:
         ssl: bool = False,
         root_certificates: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout_s: float = 10.0,
+        timeout_s: float | None = None,
         api_key: str | None = None,
     ) -> None:
         self.url = url or default_url()
@@ -69,7 +83,7 @@ class TritonClient:
         api_key = api_key or os.environ.get(ENV_API_KEY)
         if api_key:  # what `triton-sam serve` with $TRITON_SAM_API_KEY asks for
             self.headers[API_KEY_GRPC_HEADER] = api_key
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s or default_timeout_s()
         self.grpc = grpcclient.InferenceServerClient(
             self.url, ssl=ssl, root_certificates=root_certificates, channel_args=CHANNEL_ARGS
         )
@@ -133,7 +147,7 @@ class TritonEngine(Engine):
         ssl: bool = False,
         root_certificates: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout_s: float = 10.0,
+        timeout_s: float | None = None,
         api_key: str | None = None,
         encode_timeout_s: float = 300.0,
         reconnect_s: float = 5.0,
