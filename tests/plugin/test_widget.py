@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -12,7 +15,7 @@ from synthetic import disk_image
 from triton_sam import Predictor
 
 napari = pytest.importorskip("napari")
-from qtpy.QtCore import QEvent, Qt  # noqa: E402
+from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
 
 from triton_sam.plugin import layers  # noqa: E402
 from triton_sam.plugin.responsiveness import send_mouse  # noqa: E402
@@ -331,6 +334,119 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies(qtbot, v
     assert "Triton not used" in widget.session.engine.describe()
     qtbot.waitUntil(lambda: "Triton not used" in widget.status.text(), timeout=5000)
     widget.close_session()
+
+
+def test_a_stalled_server_times_out_with_a_clear_status_while_napari_stays_responsive(
+    qtbot, viewer, synthetic_repository, monkeypatch
+):
+    monkeypatch.setenv("TRITON_SAM_TIMEOUT_S", "2")
+    server = start_server(synthetic_repository)
+    try:
+        image = viewer.add_image(disk_image(H, W, DISKS))
+        viewer.reset_view()
+        widget = start(qtbot, viewer, backend="Triton", url=server.grpc_url)
+        preview = viewer.layers[layers.PREVIEW_NAME]
+        move(viewer, world(image, 80, 80))
+        qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
+
+        os.kill(server.pid, signal.SIGSTOP)  # the server stalls: connections stay open, nothing answers
+        ticks = []
+        timer = QTimer()
+        timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+        timer.start(20)
+        move(viewer, world(image, 300, 150))
+        click(viewer, world(image, 300, 150))
+        qtbot.waitUntil(lambda: "not answering" in widget.status.text(), timeout=30000)
+        timer.stop()
+        assert len(ticks) > 50 and np.diff(ticks).max() < 0.5  # the event loop kept running throughout
+        np.testing.assert_allclose(widget.session.object.points, [(300, 150)], atol=1)  # the click is kept
+
+        os.kill(server.pid, signal.SIGCONT)
+        move(viewer, world(image, 310, 150))
+        qtbot.waitUntil(lambda: preview.data[150, 300] == 1 and not preview.data[80, 80], timeout=30000)
+        qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=5000)
+        widget.close_session()
+    finally:
+        if server.is_running():
+            os.kill(server.pid, signal.SIGCONT)
+        server.stop()
+
+
+def test_auto_goes_on_locally_when_the_server_is_killed_mid_encode(qtbot, viewer, synthetic_repository):
+    server = start_server(synthetic_repository)
+    try:
+        planes = [disk_image(H, W, DISKS), disk_image(H, W, [(100, 100, 30)]), disk_image(H, W, [(200, 120, 60)])]
+        image = viewer.add_image(np.stack(planes))
+        viewer.dims.set_current_step(0, 0)
+        viewer.reset_view()
+        widget = start(qtbot, viewer, backend="Auto", url=server.grpc_url, repository=synthetic_repository)
+        assert widget.session.engine.describe().startswith("Triton at")
+        qtbot.waitUntil(lambda: len(widget.session.cache) == 2, timeout=10000)  # plane 1 was encoded ahead
+
+        os.kill(server.pid, signal.SIGSTOP)
+        viewer.dims.set_current_step(0, 2)  # plane 2 goes to the stalled server ...
+        qtbot.wait(500)
+        assert "Encoding plane (2,)" in widget.status.text() and not widget.ready
+        os.killpg(server.pid, signal.SIGKILL)  # ... which dies mid-encode, with its model processes
+        qtbot.waitUntil(lambda: widget.ready, timeout=30000)
+        qtbot.waitUntil(lambda: "ready" in widget.status.text(), timeout=5000)
+        assert "Triton not used" in widget.status.text() and "not answering" in widget.status.text()
+        move(viewer, world(image, 200, 120)[-2:])
+        preview = viewer.layers[layers.PREVIEW_NAME]
+        qtbot.waitUntil(lambda: preview.data[120, 200] == 1, timeout=10000)
+        assert not preview.data[80, 80]  # plane 2's object, not plane 0's
+        widget.close_session()
+    finally:
+        server.stop()
+
+
+def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(
+    qtbot, viewer, synthetic_repository, monkeypatch
+):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    engine = widget.session.engine
+    decode = engine.decode
+
+    def slow_decode(*args, **kwargs):  # a slow engine, to close the panel mid-decode
+        time.sleep(0.5)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "decode", slow_decode)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 300, 150))
+    qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
+    viewer.window.remove_dock_widget(widget)  # what the panel's close button does
+    assert widget.session is None
+    qtbot.waitUntil(lambda: not [t for t in threading.enumerate() if t.name.startswith("triton-sam-decode")], timeout=5000)
+    qtbot.wait(300)
+    assert not preview.data.any()  # the result in flight was dropped
+    move(viewer, world(image, 80, 80))
+    click(viewer, world(image, 80, 80))
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.wait(300)
+    assert not preview.data.any() and layers.OBJECTS_NAME not in viewer.layers
+
+    again = start(qtbot, viewer, repository=synthetic_repository)  # a new panel takes over the keys
+    click(viewer, world(image, 80, 80))
+    qtbot.waitUntil(lambda: again.session.object.decoded_version == 1, timeout=10000)
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: layers.OBJECTS_NAME in viewer.layers, timeout=10000)
+    assert viewer.layers[layers.OBJECTS_NAME].data[80, 80] == 1
+    again.close_session()
+
+
+def test_closing_the_viewer_stops_the_session(qtbot, viewer, synthetic_repository):
+    def decode_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("triton-sam-decode")]
+
+    before = decode_threads()
+    viewer.add_image(disk_image(H, W, DISKS))
+    start(qtbot, viewer, repository=synthetic_repository)
+    assert len(decode_threads()) > len(before)
+    viewer.close()  # napari deletes its docked widgets without closing them
+    qtbot.waitUntil(lambda: decode_threads() == before, timeout=5000)
 
 
 def _as(dtype, data: np.ndarray) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import napari
@@ -16,7 +17,7 @@ import numpy as np
 from napari.layers import Image
 from napari.qt.threading import create_worker
 from platformdirs import user_cache_dir
-from qtpy.QtCore import QSettings, Signal
+from qtpy.QtCore import QEvent, QSettings, Signal
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -73,6 +74,12 @@ def offered_models(
     return f"Local repository {repository}", exported_models(repository)
 
 
+def _shut_down(session: InteractiveSession) -> None:
+    """Stop a session's decoding and let go of its engine."""
+    session.close()
+    session.engine.close()
+
+
 class TritonSamWidget(QWidget):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit."""
 
@@ -87,15 +94,38 @@ class TritonSamWidget(QWidget):
         self._index: tuple[int, ...] | None = None
         self._encoding = None
         self._closed = False
+        self._shut_down_on_delete = None  # napari deletes docked widgets with its window, without closing them
         self._settings = QSettings("triton-sam", "triton-sam")
+        self._key_actions: dict[str, object] = {}
         self._build()
+        self._hook()
+        self._refresh_layers()
+
+    def _hook(self) -> None:
+        """Follow the viewer: mouse, sliders, layer list, keys."""
         self.viewer.mouse_move_callbacks.append(self._on_move)
         self.viewer.mouse_drag_callbacks.append(self._on_press)
         self.viewer.dims.events.current_step.connect(self._on_step)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
         self._bind_keys()
-        self._refresh_layers()
+
+    def _unhook(self) -> None:
+        """Stop following the viewer (the panel was closed): no callback of ours may outlive it."""
+        for callbacks, callback in (
+            (self.viewer.mouse_move_callbacks, self._on_move),
+            (self.viewer.mouse_drag_callbacks, self._on_press),
+        ):
+            if callback in callbacks:
+                callbacks.remove(callback)
+        self.viewer.dims.events.current_step.disconnect(self._on_step)
+        self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
+        self.viewer.layers.events.removed.disconnect(self._refresh_layers)
+        for key, action in self._key_actions.items():
+            previous = self.viewer.bind_key(key, None)
+            if previous is not action:  # another panel bound the key since: give it back
+                self.viewer.bind_key(key, previous)
+        self._key_actions = {}
 
     # --- form ---------------------------------------------------------------------------------
 
@@ -247,11 +277,13 @@ class TritonSamWidget(QWidget):
         if self._closed:  # the widget was closed while connecting
             engine.close()
             return
-        if self.session is not None:
-            self.session.close()
+        self.close_session()
+        self._closed = False
         disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
         cache = EmbeddingCache(engine, disk_dir=disk_dir)
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
+        self._shut_down_on_delete = partial(_shut_down, self.session)
+        self.destroyed.connect(self._shut_down_on_delete)
         self.preview = layers.preview_layer(self.viewer, self.image)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
@@ -398,7 +430,8 @@ class TritonSamWidget(QWidget):
     def _bind_keys(self) -> None:
         actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
         for name, key in KEYS.items():
-            self.viewer.bind_key(key, lambda viewer, action=actions[name]: action(), overwrite=True)
+            self._key_actions[key] = lambda viewer, action=actions[name]: action()
+            self.viewer.bind_key(key, self._key_actions[key], overwrite=True)
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
@@ -457,13 +490,24 @@ class TritonSamWidget(QWidget):
             )
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        self.close_session()
+        self._detach()
         super().closeEvent(event)
+
+    def event(self, event) -> bool:
+        # napari's close button takes the widget out of its dock (parent None) without closing it.
+        if event.type() == QEvent.Type.ParentChange and self.parent() is None and self._key_actions:
+            self._detach()
+        return super().event(event)
+
+    def _detach(self) -> None:
+        self.close_session()
+        if self._key_actions:
+            self._unhook()
 
     def close_session(self) -> None:
         """Stop decoding and let go of the engine; results still in flight are ignored."""
         self._closed = True
         if self.session is not None:
-            self.session.close()
-            self.session.engine.close()
+            self.destroyed.disconnect(self._shut_down_on_delete)
+            _shut_down(self.session)
             self.session = None
