@@ -88,7 +88,9 @@ def test_a_corrupt_cache_file_is_encoded_again(synthetic_repository, tmp_path):
 def test_the_disk_cache_is_private_to_the_user(synthetic_repository, tmp_path):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
     engine.weights_id = "synthetic"
-    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(3))
+    features = EmbeddingCache(engine, disk_dir=tmp_path).features(_image(3))
     (cached,) = (tmp_path / "synthetic").glob("*.npz")
     assert (tmp_path / "synthetic").stat().st_mode & 0o777 == 0o700
     assert cached.stat().st_mode & 0o077 == 0
+    with np.load(cached) as stored:  # features only: no image pixels on disk
+        assert sorted(stored.files) == sorted(features.arrays)

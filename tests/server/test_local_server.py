@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+import psutil
 import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -103,6 +106,14 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_reposi
         while time.monotonic() < deadline and not any(line.startswith("Ready.") for line in lines):
             lines.append(process.stdout.readline())
         assert f"127.0.0.1:{grpc_port}" in lines[-1] and TINY.model_id in lines[-1], lines
+        assert not any("warning" in line for line in lines)
+        listening = [
+            ipaddress.ip_address(c.laddr.ip)
+            for child in psutil.Process(process.pid).children(recursive=True)
+            for c in child.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
+        assert listening and all((getattr(ip, "ipv4_mapped", None) or ip).is_loopback for ip in listening)  # unless told otherwise
         with Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}") as predictor:
             predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
@@ -114,6 +125,13 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_reposi
             process.kill()
     with pytest.raises(ServerUnavailableError):  # the server went with it
         Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}", timeout_s=2.0)
+
+
+def test_binding_wider_without_an_api_key_warns(tmp_path):
+    command = [sys.executable, "-m", "triton_sam.cli", "serve", "--host", "0.0.0.0", "--model-repository", str(tmp_path / "none")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, "TRITON_SAM_API_KEY": ""})
+    assert "warning: anyone who can reach 0.0.0.0 can use this server; set $TRITON_SAM_API_KEY" in result.stdout
+    assert result.returncode != 0 and "does not exist" in result.stderr  # and nothing was served
 
 
 def test_an_api_key_locks_every_endpoint_and_the_client_sends_it(synthetic_repository):
