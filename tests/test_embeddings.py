@@ -1,8 +1,10 @@
 """The embedding cache: keyed by content, bounded in megabytes, one encode per image."""
 
+import io
 import threading
 
 import numpy as np
+import pytest
 
 from triton_sam.embeddings import EmbeddingCache, content_signature
 from triton_sam.engines import create_engine
@@ -75,14 +77,37 @@ def test_the_disk_cache_makes_a_new_session_instant_and_is_keyed_by_weights(synt
     assert engine.encodes == 2
 
 
-def test_a_corrupt_cache_file_is_encoded_again(synthetic_repository, tmp_path):
+def _damaged(kind: str, good: bytes, arrays: dict[str, np.ndarray]) -> bytes:
+    """A cache file's bytes: unreadable, truncated, or a readable npz this model did not write."""
+    if kind == "garbage":
+        return b"garbage"
+    if kind == "truncated":
+        return good[: len(good) // 2]
+    foreign = {
+        "other names": {f"x{i}": a for i, a in enumerate(arrays.values())},
+        "wrong shape": {name: a[..., :-1] for name, a in arrays.items()},
+        "float64": {name: a.astype(np.float64) for name, a in arrays.items()},
+        "nan": {name: np.full_like(a, np.nan) for name, a in arrays.items()},
+        "pickled objects": {name: np.array([object()] * 2) for name in arrays},
+    }[kind]
+    buffer = io.BytesIO()
+    np.savez(buffer, **foreign)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "other names", "wrong shape", "float64", "nan", "pickled objects"])
+def test_a_corrupt_or_foreign_cache_file_is_never_used_and_is_replaced(kind, synthetic_repository, tmp_path):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
     engine.weights_id = "synthetic"
-    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9))
+    features = EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9))
     (cached,) = (tmp_path / "synthetic").glob("*.npz")
-    cached.write_bytes(b"garbage")
-    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9))
-    assert engine.encodes == 2
+    cached.write_bytes(_damaged(kind, cached.read_bytes(), features.arrays))
+    cache = EmbeddingCache(engine, disk_dir=tmp_path)
+    again = cache.features(_image(9))
+    assert engine.encodes == 2 and cache.disk_hits == 0
+    for name, array in features.arrays.items():
+        np.testing.assert_array_equal(again.arrays[name], array)
+    assert EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9)) and engine.encodes == 2  # rewritten
 
 
 def test_the_disk_cache_is_private_to_the_user(synthetic_repository, tmp_path):

@@ -12,6 +12,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
 
@@ -89,15 +90,25 @@ class EmbeddingCache:
                 self._encoding.pop(key).set()
 
     def _load(self, key: str) -> ImageFeatures | None:
+        """Features stored for `key`, or None if missing, unreadable, or not what this model makes."""
         if self.disk_dir is None or not (self.disk_dir / f"{key}.npz").is_file():
             return None
         try:
-            with np.load(self.disk_dir / f"{key}.npz") as stored:
-                features = ImageFeatures({name: stored[name] for name in stored.files})
-        except (OSError, ValueError):
+            with np.load(self.disk_dir / f"{key}.npz", allow_pickle=False) as stored:
+                arrays = {name: stored[name] for name in stored.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile):
             return None  # unreadable: encode again and overwrite
+        if not self._expected(arrays):
+            return None  # foreign or damaged: never trusted
         self.disk_hits += 1
-        return features
+        return ImageFeatures(arrays)
+
+    def _expected(self, arrays: dict[str, np.ndarray]) -> bool:
+        """Names, shapes and dtype of the engine's features, all values finite."""
+        shapes = {name: (1, *shape) for name, shape in self.engine.spec.feature_shapes.items()}
+        return {name: a.shape for name, a in arrays.items()} == shapes and all(
+            a.dtype == np.float32 and np.isfinite(a).all() for a in arrays.values()
+        )
 
     def _save(self, key: str, features: ImageFeatures) -> None:
         """Write features atomically (temp file + rename); server-side features have nothing to write."""
