@@ -317,7 +317,7 @@ def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(
     widget.close_session()
 
 
-def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies(qtbot, viewer, synthetic_repository):
+def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies_mid_hover(qtbot, viewer, synthetic_repository):
     server = start_server(synthetic_repository)
     try:
         image = viewer.add_image(disk_image(H, W, DISKS))
@@ -327,9 +327,12 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies(qtbot, v
         preview = viewer.layers[layers.PREVIEW_NAME]
         move(viewer, world(image, 300, 150))
         qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+        os.kill(server.pid, signal.SIGSTOP)
+        move(viewer, world(image, 80, 80))  # this decode goes to the stalled server ...
+        qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
+        os.killpg(server.pid, signal.SIGKILL)  # ... which dies while it holds it
     finally:
         server.stop()
-    move(viewer, world(image, 80, 80))  # the server is gone: this preview comes from the local engine
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1 and not preview.data[150, 300], timeout=30000)
     assert "Triton not used" in widget.session.engine.describe()
     qtbot.waitUntil(lambda: "Triton not used" in widget.status.text(), timeout=5000)
