@@ -31,14 +31,28 @@ def require_export_extra():
 
 
 @pytest.fixture(scope="session")
-def sam2_tiny_repository(tmp_path_factory):
-    """SAM2.1 hiera tiny with seeded random weights, exported through our own export code."""
-    require_export_extra()
-    from triton_sam.export import export_model
+def exported_repository(tmp_path_factory):
+    """`exported_repository(model_id)`: a repository holding that model with seeded random weights,
+    exported through our own export code (once per model and test run)."""
+    repositories = {}
 
-    repository = tmp_path_factory.mktemp("sam2_repo")
-    export_model(get_model("sam2.1_hiera_tiny"), repository, seed=PARITY_SEED, progress=lambda _: None)
-    return repository
+    def export(model_id: str):
+        if model_id not in repositories:
+            require_export_extra()
+            from triton_sam.export import export_model
+
+            repository = tmp_path_factory.mktemp(f"{model_id}_repo")
+            export_model(get_model(model_id), repository, seed=PARITY_SEED, progress=lambda _: None)
+            repositories[model_id] = repository
+        return repositories[model_id]
+
+    return export
+
+
+@pytest.fixture(scope="session")
+def sam2_tiny_repository(exported_repository):
+    """SAM2.1 hiera tiny with seeded random weights, exported through our own export code."""
+    return exported_repository("sam2.1_hiera_tiny")
 
 
 def require_server_env():
@@ -70,8 +84,16 @@ def synthetic_server(synthetic_repository):
     server.stop()
 
 
+SERVED_MODELS = ("sam2.1_hiera_tiny", "mobile_sam")
+
+
 @pytest.fixture(scope="session")
-def sam2_server(sam2_tiny_repository):
-    server = start_server(sam2_tiny_repository)
+def sam2_server(exported_repository, tmp_path_factory):
+    """One server for SAM2.1 tiny and MobileSAM side by side (seeded random weights)."""
+    repository = tmp_path_factory.mktemp("served_repo")
+    for model_id in SERVED_MODELS:
+        for model_dir in exported_repository(model_id).iterdir():
+            (repository / model_dir.name).symlink_to(model_dir, target_is_directory=True)
+    server = start_server(repository)
     yield server
     server.stop()

@@ -56,11 +56,13 @@ def test_concurrent_requests_for_one_image_encode_it_once(synthetic_repository):
     assert engine.encodes == 1 and all(r is results[0] for r in results)
 
 
-def test_the_signature_depends_on_content_and_model():
+def test_the_signature_depends_on_content_shape_and_model():
     a = content_signature(_image(1), TINY.model_id)
     assert a == content_signature(_image(1), TINY.model_id)
     assert a != content_signature(_image(2), TINY.model_id)
     assert a != content_signature(_image(1), "sam2.1_hiera_small")
+    black = np.zeros((768, 1024, 3), np.uint8)  # SAM1 inputs: same bytes, other shape
+    assert content_signature(black, "sam_vit_b") != content_signature(black.reshape(1024, 768, 3), "sam_vit_b")
 
 
 def test_the_disk_cache_makes_a_new_session_instant_and_is_keyed_by_weights(synthetic_repository, tmp_path):

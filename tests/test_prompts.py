@@ -8,7 +8,7 @@ SIZE = (200, 400)  # H, W
 
 
 def request(**prompts):
-    return build_request(SIZE, 1024, **prompts)
+    return build_request(SIZE, (1024, 1024), **prompts)
 
 
 def test_points_are_scaled_per_axis_to_the_model_input():
@@ -32,7 +32,7 @@ def test_batches_of_boxes_and_points():
 
 
 def test_unnormalized_coordinates_are_taken_as_fractions():
-    req = build_request(SIZE, 1024, point_coords=[[0.5, 0.25]], point_labels=[1], normalize_coords=False)
+    req = build_request(SIZE, (1024, 1024), point_coords=[[0.5, 0.25]], point_labels=[1], normalize_coords=False)
     np.testing.assert_allclose(req.point_coords, [[[512, 256]]])
 
 

@@ -13,7 +13,7 @@ ENCODER_INPUT = "image"
 
 # Decoder inputs besides the feature maps named in `ModelSpec.feature_shapes`.
 POINT_COORDS = "point_coords"  # float32 [B, P, 2], (x, y) in model input pixels
-POINT_LABELS = "point_labels"  # int32 [B, P]: 1 positive, 0 negative, 2/3 box corners
+POINT_LABELS = "point_labels"  # int32 [B, P]: 1 positive, 0 negative, 2/3 box corners, -1 padding
 MASK_INPUT = "mask_input"  # float32 [B, 1, 256, 256], low-res logits of a previous round
 HAS_MASK_INPUT = "has_mask_input"  # float32 [B, 1], 1.0 when mask_input is used
 
@@ -41,6 +41,7 @@ def decoder_output_names(multimask_output: bool) -> list[str]:
 
 
 # Point labels understood by the decoder.
+LABEL_PADDING = -1  # SAM1 only: stands for "no box" (see registry.SAM1_PROMPTS)
 LABEL_NEGATIVE = 0
 LABEL_POSITIVE = 1
 LABEL_BOX_TOP_LEFT = 2

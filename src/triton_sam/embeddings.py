@@ -26,7 +26,7 @@ DEFAULT_CACHE_MB = 1024
 def content_signature(model_input: np.ndarray, model_id: str) -> str:
     """Hash of one model input for one model (hex)."""
     digest = hashlib.blake2b(np.ascontiguousarray(model_input).tobytes(), digest_size=16)
-    digest.update(model_id.encode())
+    digest.update(f"{model_input.shape}{model_id}".encode())  # SAM1 inputs vary in shape
     return digest.hexdigest()
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import InvalidInputError
+from .registry import LONGEST_SIDE, STRETCH, ModelSpec, longest_side_shape
 
 ContrastLimits = tuple[float, float]
 # Above this many pixels a channel is resized from uint8 (Pillow rounds between its two passes,
@@ -97,9 +98,31 @@ def resize_square(image: np.ndarray, size: int) -> np.ndarray:
     return out[..., 0] if image.ndim == 2 else out
 
 
-def model_input(image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
-    """What the encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), size x size.
+def resize_uint8(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Resize an HxW or HxWx3 uint8 image with Pillow's antialiased bilinear filter on uint8 data.
+
+    This is SAM1's `ResizeLongestSide.apply_image` (torchvision's resize of a PIL image), rounding
+    included; each channel of an RGB image is resized independently, so grayscale may go first.
+    """
+    if image.shape[:2] == (height, width):
+        return image
+    return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((width, height), Image.BILINEAR))
+
+
+def model_input(
+    image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None, resize: str = STRETCH
+) -> np.ndarray:
+    """What the encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), resized as the
+    model expects: `STRETCH` to size x size (SAM2), `LONGEST_SIDE` to a longest side of `size` (SAM1).
 
     Grayscale is resized before it is repeated to RGB: a third of the work and memory.
     """
-    return _as_rgb(resize_square(to_uint8(image, contrast_limits), size))
+    plane = to_uint8(image, contrast_limits)
+    if resize == LONGEST_SIDE:
+        return _as_rgb(resize_uint8(plane, *longest_side_shape(plane.shape[:2], size)))
+    return _as_rgb(resize_square(plane, size))
+
+
+def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
+    """`model_input` sized and resized as `spec` wants."""
+    return model_input(image, spec.input_size, contrast_limits, spec.resize)

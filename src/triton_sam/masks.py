@@ -7,6 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .registry import LONGEST_SIDE, ModelSpec
+
 _ROWS_PER_TASK = 256
 _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="triton-sam-upsample")
 
@@ -25,15 +27,17 @@ def _steps(array: np.ndarray, axis: int) -> np.ndarray:
     return np.diff(array, axis=axis, append=np.take(array, [-1], axis=axis))
 
 
-def upsample_logits(logits: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Bilinearly resize the last two axes of `logits` to `size` (H, W), matching PyTorch.
+def upsample_logits(logits: np.ndarray, size: tuple[int, int], crop: tuple[int, int] | None = None) -> np.ndarray:
+    """Bilinearly resize the last two axes of `logits` to `size` (H, W), matching PyTorch; with
+    `crop` (h, w) only the top-left h x w of that result is computed and returned.
 
     Columns are interpolated first on the small array; output rows are then filled in blocks
     on a thread pool (numpy releases the GIL), since this runs on every prediction.
     """
-    height, width = size
-    y0, wy = _source_index(logits.shape[-2], height)
-    x0, wx = _source_index(logits.shape[-1], width)
+    y0, wy = _source_index(logits.shape[-2], size[0])
+    x0, wx = _source_index(logits.shape[-1], size[1])
+    height, width = crop or size
+    y0, wy, x0, wx = y0[:height], wy[:height], x0[:width], wx[:width]
     cols = logits[..., x0] + _steps(logits, -1)[..., x0] * wx
     row_steps = _steps(cols, -2)
     out = np.empty((*logits.shape[:-2], height, width), np.float32)
@@ -46,3 +50,12 @@ def upsample_logits(logits: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
     list(_POOL.map(fill, range(0, height, _ROWS_PER_TASK)))
     return out
+
+
+def image_logits(low_res: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
+    """Decoder logits at the image's size, as the model's official predictor computes them:
+    straight from low resolution (SAM2), or through the padded encoder input, cropped (SAM1)."""
+    if spec.resize == LONGEST_SIDE:
+        padded = (spec.input_size, spec.input_size)
+        return upsample_logits(upsample_logits(low_res, padded, crop=spec.input_hw(image_hw)), image_hw)
+    return upsample_logits(low_res, image_hw)

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
-from .image import ContrastLimits, model_input
-from .masks import upsample_logits
-from .prompts import build_request
+from .image import ContrastLimits, encoder_input
+from .masks import image_logits
+from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
 
 LOW_RES_CLAMP = 32.0
@@ -49,7 +49,7 @@ class Predictor:
 
     def set_image(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Encode `image` (HxW or HxWx3/4; uint8 as is, other dtypes scaled from `contrast_limits`)."""
-        features = self.engine.encode(model_input(image, self.spec.input_size, contrast_limits))
+        features = self.engine.encode(encoder_input(image, self.spec, contrast_limits))
         self._features, self._orig_hw = features, image.shape[:2]
 
     def get_image_embedding(self) -> ImageFeatures:
@@ -72,18 +72,17 @@ class Predictor:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Masks for the prompts: [C, H, W] for one prompt set, [B, C, H, W] for a batch."""
         self._require_image()
-        request = build_request(
+        request = model_request(
+            self.spec,
             self._orig_hw,
-            self.spec.input_size,
-            point_coords,
-            point_labels,
-            box,
-            mask_input,
-            normalize_coords,
-            self.spec.low_res_size,
+            point_coords=point_coords,
+            point_labels=point_labels,
+            box=box,
+            mask_input=mask_input,
+            normalize_coords=normalize_coords,
         )
         result = self.engine.decode(self._features, request, multimask_output, cancel)
-        logits = upsample_logits(result.low_res_logits, self._orig_hw)
+        logits = image_logits(result.low_res_logits, self._orig_hw, self.spec)
         masks = logits if return_logits else logits > self.mask_threshold
         low_res = np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
         if request.batch_size == 1:

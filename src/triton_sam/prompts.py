@@ -1,7 +1,8 @@
 """Validate user prompts and turn them into the decoder's point/label tensors.
 
 Coordinates are (x, y) in original image pixels. A box becomes two corner points labelled 2 and 3,
-placed before the click points, exactly as the official SAM2 predictor orders them.
+ordered as the model's official predictor does: before the clicks for SAM2, after them for SAM1,
+which also needs a padding point (label -1) when there is no box.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 
 from . import contract
 from .errors import InvalidInputError
+from .registry import SAM1_PROMPTS, SAM2_PROMPTS, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -94,15 +96,17 @@ def _mask_input(mask_input, batch: int, low_res_size: int) -> np.ndarray | None:
 
 def build_request(
     image_size: tuple[int, int],
-    input_size: int,
+    input_hw: tuple[int, int],
     point_coords=None,
     point_labels=None,
     box=None,
     mask_input=None,
     normalize_coords: bool = True,
     low_res_size: int = 256,
+    prompt_format: str = SAM2_PROMPTS,
 ) -> DecodeRequest:
-    """Validate prompts for an image of `image_size` (H, W) and scale them to the model input."""
+    """Validate prompts for an image of `image_size` (H, W) and scale them to the model input of
+    `input_hw` (H, W; see `ModelSpec.input_hw`), in the order `prompt_format` wants."""
     height, width = image_size
     points = _points(point_coords, point_labels)
     boxes = _boxes(box)
@@ -114,25 +118,36 @@ def build_request(
     if boxes is not None:
         _check_inside("Box corner", boxes, *extent)
 
-    coords_parts, label_parts = [], []
+    parts = []  # (coords, labels) in the model's order
     if boxes is not None:
         corner_labels = np.array([contract.LABEL_BOX_TOP_LEFT, contract.LABEL_BOX_BOTTOM_RIGHT], np.int32)
-        coords_parts.append(boxes)
-        label_parts.append(np.broadcast_to(corner_labels, boxes.shape[:2]))
+        parts.append((boxes, np.broadcast_to(corner_labels, boxes.shape[:2])))
     if points is not None:
-        coords_parts.append(points[0])
-        label_parts.append(points[1])
-    batch_sizes = {part.shape[0] for part in coords_parts}
+        parts.insert(len(parts) if prompt_format == SAM2_PROMPTS else 0, points)
+    batch_sizes = {coords.shape[0] for coords, _ in parts}
     if len(batch_sizes) > 1:
         raise InvalidInputError(f"Boxes and point sets must come in the same number, got {sorted(batch_sizes)}.")
-
-    coords = np.concatenate(coords_parts, axis=1)
+    coords = np.concatenate([c for c, _ in parts], axis=1)
     scale = np.array([width, height], np.float32) if normalize_coords else np.ones(2, np.float32)
-    coords = (coords / scale) * np.float32(input_size)
-    labels = np.concatenate(label_parts, axis=1).astype(np.int32)
+    coords = (coords / scale) * np.array(input_hw[::-1], np.float32)
+    labels = np.concatenate([label for _, label in parts], axis=1).astype(np.int32)
     batch = coords.shape[0]
+    if prompt_format == SAM1_PROMPTS and boxes is None:
+        coords = np.concatenate([coords, np.zeros((batch, 1, 2), np.float32)], axis=1)
+        labels = np.concatenate([labels, np.full((batch, 1), contract.LABEL_PADDING, np.int32)], axis=1)
     return DecodeRequest(
         point_coords=np.ascontiguousarray(coords, dtype=np.float32),
         point_labels=np.ascontiguousarray(labels),
         mask_input=_mask_input(mask_input, batch, low_res_size),
+    )
+
+
+def model_request(spec: ModelSpec, image_size: tuple[int, int], **prompts) -> DecodeRequest:
+    """`build_request` with the input size, mask size and prompt order of `spec`."""
+    return build_request(
+        image_size,
+        spec.input_hw(image_size),
+        low_res_size=spec.low_res_size,
+        prompt_format=spec.prompt_format,
+        **prompts,
     )

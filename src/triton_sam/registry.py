@@ -11,18 +11,35 @@ from dataclasses import dataclass
 from .errors import ModelNotFoundError
 
 
+# How an image becomes the encoder's input.
+STRETCH = "stretch"  # to input_size x input_size, aspect ratio ignored (SAM2)
+LONGEST_SIDE = "longest_side"  # longest side to input_size, aspect kept; the encoder pads (SAM1)
+
+# How prompts become decoder points.
+SAM2_PROMPTS = "sam2"  # box corners before clicks; the decoder adds SAM2's padding point itself
+SAM1_PROMPTS = "sam1"  # clicks before box corners; a (0, 0) point labelled -1 when there is no box
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """One downloadable, exportable model."""
 
     model_id: str
-    family: str
+    family: str  # "sam2", "sam1" or "mobile_sam": which official code builds it
     url: str
     sha256: str
-    config: str
-    input_size: int  # images are stretched to input_size x input_size (SAM2)
+    config: str  # the official builder's name for it: a SAM2 config file, or a SAM1 registry key
+    input_size: int
     feature_shapes: dict[str, tuple[int, ...]]
     low_res_size: int = 256
+    resize: str = STRETCH
+    prompt_format: str = SAM2_PROMPTS
+
+    def input_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
+        """(H, W) of the encoder input made from an image of `image_hw`."""
+        if self.resize == STRETCH:
+            return self.input_size, self.input_size
+        return longest_side_shape(image_hw, self.input_size)
 
     @property
     def encoder_name(self) -> str:
@@ -42,6 +59,13 @@ class ModelSpec:
     @property
     def checkpoint_filename(self) -> str:
         return self.url.rsplit("/", 1)[-1]
+
+
+def longest_side_shape(image_hw: tuple[int, int], size: int) -> tuple[int, int]:
+    """(H, W) with the longest side scaled to `size`, rounded as SAM1's `ResizeLongestSide`."""
+    height, width = image_hw
+    scale = size / max(height, width)
+    return int(height * scale + 0.5), int(width * scale + 0.5)
 
 
 _SAM2_FEATURES = {
@@ -65,6 +89,22 @@ def _sam2(size: str, config_suffix: str, sha256: str) -> ModelSpec:
     )
 
 
+def _sam1(model_id: str, family: str, builder: str, url: str, sha256: str) -> ModelSpec:
+    return ModelSpec(
+        model_id=model_id,
+        family=family,
+        url=url,
+        sha256=sha256,
+        config=builder,
+        input_size=1024,
+        feature_shapes={"image_embed": (256, 64, 64)},
+        resize=LONGEST_SIDE,
+        prompt_format=SAM1_PROMPTS,
+    )
+
+
+_SAM1_URL = "https://dl.fbaipublicfiles.com/segment_anything/{}"
+
 MODELS: dict[str, ModelSpec] = {
     spec.model_id: spec
     for spec in (
@@ -72,6 +112,15 @@ MODELS: dict[str, ModelSpec] = {
         _sam2("small", "s", "6d1aa6f30de5c92224f8172114de081d104bbd23dd9dc5c58996f0cad5dc4d38"),
         _sam2("base_plus", "b+", "a2345aede8715ab1d5d31b4a509fb160c5a4af1970f199d9054ccfb746c004c5"),
         _sam2("large", "l", "2647878d5dfa5098f2f8649825738a9345572bae2d4350a2468587ece47dd318"),
+        _sam1("sam_vit_b", "sam1", "vit_b", _SAM1_URL.format("sam_vit_b_01ec64.pth"),
+              "ec2df62732614e57411cdcf32a23ffdf28910380d03139ee0f4fcbe91eb8c912"),
+        _sam1("sam_vit_l", "sam1", "vit_l", _SAM1_URL.format("sam_vit_l_0b3195.pth"),
+              "3adcc4315b642a4d2101128f611684e8734c41232a17c648ed1693702a49a622"),
+        _sam1("sam_vit_h", "sam1", "vit_h", _SAM1_URL.format("sam_vit_h_4b8939.pth"),
+              "a7bf3b02f3ebf1267aba913ff637d9a2d5c33d3173bb679e46d9f338c26f262e"),
+        _sam1("mobile_sam", "mobile_sam", "vit_t",
+              "https://github.com/ChaoningZhang/MobileSAM/raw/master/weights/mobile_sam.pt",
+              "6dbb90523a35330fedd7f1d3dfc66f995213d81b29a5ca8108dbcdd4e37d6c2f"),
     )
 }
 

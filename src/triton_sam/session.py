@@ -23,9 +23,9 @@ import numpy as np
 
 from .embeddings import EmbeddingCache
 from .engines import CancelToken, Engine, ImageFeatures
-from .image import ContrastLimits, model_input
-from .masks import upsample_logits
-from .prompts import build_request
+from .image import ContrastLimits, encoder_input
+from .masks import image_logits
+from .prompts import model_request
 from .speculative import SETTLE_FACTOR, Delivery, SpeculativeDecoder
 
 
@@ -123,11 +123,11 @@ class InteractiveSession:
 
     def prefetch(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Encode a plane into the cache without showing it (neighbouring planes)."""
-        self.cache.features(model_input(image, self.spec.input_size, contrast_limits))
+        self.cache.features(encoder_input(image, self.spec, contrast_limits))
 
     def set_plane(self, key: Hashable, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Show plane `key` (blocks while it is encoded; call it off the GUI thread)."""
-        features = self.cache.features(model_input(image, self.spec.input_size, contrast_limits))
+        features = self.cache.features(encoder_input(image, self.spec, contrast_limits))
         with self._lock:
             self._plane = _Plane(key, features, tuple(image.shape[:2]))
             self._last_hover = None
@@ -302,17 +302,17 @@ class InteractiveSession:
         return self.decoder.prompt(run, t_event)
 
     def _candidate_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
-        mask = upsample_logits(obj.low_res[obj.chosen][None], plane.size)[0] > self.mask_threshold
+        mask = image_logits(obj.low_res[obj.chosen][None], plane.size, self.spec)[0] > self.mask_threshold
         return Preview(plane.key, mask, float(obj.scores[obj.chosen]), candidate=obj.chosen)
 
     def _decode_low_res(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
-        request = build_request(plane.size, self.spec.input_size, low_res_size=self.spec.low_res_size, **kwargs)
+        request = model_request(self.spec, plane.size, **kwargs)
         result = self.engine.decode(plane.features, request, multimask, token)
         return result.low_res_logits[0], result.scores[0]
 
     def _decode(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
         low_res, scores = self._decode_low_res(plane, kwargs, multimask, token)
-        return upsample_logits(low_res, plane.size) > self.mask_threshold, scores
+        return image_logits(low_res, plane.size, self.spec) > self.mask_threshold, scores
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value

@@ -19,7 +19,7 @@ def engine(synthetic_repository):
 
 
 def _request(batch: int = 1):
-    return build_request((1024, 1024), 1024, point_coords=np.full((batch, 1, 2), 500.0), point_labels=np.ones((batch, 1)))
+    return build_request((1024, 1024), (1024, 1024), point_coords=np.full((batch, 1, 2), 500.0), point_labels=np.ones((batch, 1)))
 
 
 def test_only_providers_that_can_start_are_chosen():

@@ -10,7 +10,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import start_server
+from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image, write_repository
 from triton_sam import contract
 from triton_sam.bench.wire import CountingProxy, free_port
@@ -71,7 +71,7 @@ def test_concurrent_decodes_batched_on_the_server_each_get_their_own_masks(synth
     image = np.repeat(disk_image(1024, 1024, [(200, 200, 100), (700, 600, 150)])[..., None], 3, axis=2)
     remote_features, local_features = remote.encode(image), local.encode(image)
     requests = [
-        build_request((1024, 1024), 1024, point_coords=np.array([[x, 1023 - x]], np.float32), point_labels=np.array([1]))
+        build_request((1024, 1024), (1024, 1024), point_coords=np.array([[x, 1023 - x]], np.float32), point_labels=np.array([1]))
         for x in np.linspace(0, 1023, 24)
     ]
     results = [None] * len(requests)
@@ -111,10 +111,19 @@ def test_a_decode_costs_under_4_kb_upstream(synthetic_server):
     assert per_call_down < 300_000  # one 256x256 float32 mask and two scores
 
 
-def test_sam2_through_triton_matches_the_local_engine(sam2_server, sam2_tiny_repository):
+@pytest.mark.parametrize("model_id", SERVED_MODELS)
+def test_each_served_model_through_triton_matches_the_local_engine(model_id, sam2_server, exported_repository):
+    client = TritonClient(sam2_server.grpc_url)
+    try:
+        assert sorted(served_models(client)) == sorted(SERVED_MODELS)  # side by side on one server
+    finally:
+        client.close()
     rng = np.random.default_rng(0)
     image = rng.integers(0, 255, (480, 640, 3), np.uint8)
-    with Predictor(backend="triton", url=sam2_server.grpc_url) as remote, Predictor(model_repository=sam2_tiny_repository) as local:
+    repository = exported_repository(model_id)
+    with Predictor(model_id, backend="triton", url=sam2_server.grpc_url) as remote, Predictor(
+        model_id, model_repository=repository
+    ) as local:
         remote.set_image(image)
         local.set_image(image)
         prompt_sets = [
@@ -162,7 +171,7 @@ def test_cancelled_queued_decodes_never_run_on_the_server(batching, request):
     assert engine.cancel_running == ("overdue" if batching else "always")
     rng = np.random.default_rng(1)
     features = engine.encode(rng.integers(0, 255, (1024, 1024, 3), np.uint8))
-    request = build_request((1024, 1024), 1024, point_coords=np.array([[500.0, 500.0]]), point_labels=np.array([1]))
+    request = build_request((1024, 1024), (1024, 1024), point_coords=np.array([[500.0, 500.0]]), point_labels=np.array([1]))
     engine.decode(features, request)
     before = _settled_requests(server, TINY.session_name)
 
@@ -216,7 +225,7 @@ def test_a_decode_cancelled_while_running_is_stopped_on_the_server(sam2_server):
     engine = TritonEngine(TINY, url=url)
     features = engine.encode(np.random.default_rng(2).integers(0, 255, (1024, 1024, 3), np.uint8))
     boxes = np.array([[10 + i, 20, 600 + i, 700] for i in range(16)], np.float32)
-    heavy = build_request((1024, 1024), 1024, box=boxes)  # 16 prompt sets: a long decoder run
+    heavy = build_request((1024, 1024), (1024, 1024), box=boxes)  # 16 prompt sets: a long decoder run
 
     before = _request_ns(url, TINY.session_name)
     engine.decode(features, heavy)

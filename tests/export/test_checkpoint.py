@@ -53,7 +53,8 @@ def test_cli_export_from_checkpoint_equals_the_seeded_export(checkpoint, sam2_ti
 def test_checkpoint_of_another_model_is_refused(checkpoint, tmp_path):
     import torch
 
-    from triton_sam.export.sam2_onnx import build_model, load_checkpoint
+    from triton_sam.export.checkpoint import load_checkpoint
+    from triton_sam.export.sam2_onnx import build_model
 
     state = torch.load(checkpoint, weights_only=True)["model"]
     state["sam_mask_decoder.iou_token.weight"] = torch.zeros(3, 3)
@@ -69,7 +70,8 @@ def test_checkpoint_of_another_model_is_refused(checkpoint, tmp_path):
 def test_unreadable_checkpoints_are_refused(content, checkpoint, tmp_path):
     import torch
 
-    from triton_sam.export.sam2_onnx import build_model, load_checkpoint
+    from triton_sam.export.checkpoint import load_checkpoint
+    from triton_sam.export.sam2_onnx import build_model
 
     path = tmp_path / "bad.pt"
     if content is None:

@@ -5,7 +5,7 @@ from google.protobuf import text_format
 
 from triton_sam import contract
 from triton_sam.export.triton_config import decoder_config, encoder_config, session_config
-from triton_sam.registry import MODELS
+from triton_sam.registry import MODELS, STRETCH
 
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
 
@@ -23,7 +23,8 @@ def test_encoder_config(model_id, tensorrt):
     assert config.max_batch_size > 0 and config.HasField("dynamic_batching")
     (image,) = config.input
     assert image.name == contract.ENCODER_INPUT and image.data_type == model_config_pb2.TYPE_UINT8
-    assert list(image.dims) == [spec.input_size, spec.input_size, 3]
+    side = spec.input_size if spec.resize == STRETCH else -1  # SAM1: longest side 1024, any aspect
+    assert list(image.dims) == [side, side, 3]
     assert {o.name: tuple(o.dims) for o in config.output} == spec.feature_shapes
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
     assert config.model_warmup[0].inputs[contract.ENCODER_INPUT].zero_data

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ..engines import Engine, create_engine
-from ..image import model_input
-from ..masks import upsample_logits
-from ..prompts import build_request
+from ..image import encoder_input
+from ..masks import image_logits
+from ..prompts import model_request
 from ..registry import ModelSpec, get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession, Preview
@@ -85,15 +85,15 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
 
 def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
     size = image.shape[:2]
-    features = engine.encode(model_input(image, engine.spec.input_size))
+    features = engine.encode(encoder_input(image, engine.spec))
     lock = threading.Lock()
     newest = [-1]
     latencies, stale = [], []
 
     def decode(index: int, x: float, y: float, t_event: float) -> None:
-        request = build_request(size, engine.spec.input_size, point_coords=[[x, y]], point_labels=[1])
+        request = model_request(engine.spec, size, point_coords=[[x, y]], point_labels=[1])
         result = engine.decode(features, request, multimask_output=False)
-        upsample_logits(result.low_res_logits[0], size)  # as shown: full size
+        image_logits(result.low_res_logits[0], size, engine.spec)  # as shown: full size
         with lock:
             latencies.append(time.perf_counter() - t_event)
             if index < newest[0]:
@@ -121,12 +121,12 @@ def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
 def _single_decode_ms(engine: Engine, image: np.ndarray, count: int = 15) -> dict:
     """One hover decode with nothing else running (the yardstick for the latency goal)."""
     size = image.shape[:2]
-    features = engine.encode(model_input(image, engine.spec.input_size))
-    request = build_request(size, engine.spec.input_size, point_coords=[[size[1] / 2, size[0] / 2]], point_labels=[1])
+    features = engine.encode(encoder_input(image, engine.spec))
+    request = model_request(engine.spec, size, point_coords=[[size[1] / 2, size[0] / 2]], point_labels=[1])
 
     def once() -> None:
         result = engine.decode(features, request, multimask_output=False)
-        upsample_logits(result.low_res_logits[0], size)
+        image_logits(result.low_res_logits[0], size, engine.spec)
 
     once()
     return summarize([timed(once) for _ in range(count)])

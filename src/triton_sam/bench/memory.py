@@ -21,7 +21,7 @@ import psutil
 from ..embeddings import EmbeddingCache
 from ..engines import Engine, ImageFeatures, create_engine
 from ..export.triton_config import SESSION_CACHE_SIZE
-from ..image import model_input
+from ..image import encoder_input
 from ..registry import get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession
@@ -61,7 +61,7 @@ def _client(repository: Path, spec, shape, counts) -> dict:
     images, rows, done = bench_images(shape, max(counts)), [], 0
     for count in counts:
         for image in itertools.islice(images, count - done):
-            cache.features(model_input(image, spec.input_size))
+            cache.features(encoder_input(image, spec))
         done = count
         rows.append({"images": count, "cached": len(cache), "cache_mib": cache.nbytes / MIB, "rss_mib": _rss_mib(me)})
     engine.engine.close()
@@ -74,7 +74,7 @@ def _server(server: LocalTritonServer, spec, shape, counts) -> list[dict]:
     images, rows, done = bench_images(shape, max(counts)), [], 0
     for count in counts:
         for image in itertools.islice(images, count - done):
-            engine.encode(model_input(image, spec.input_size))
+            engine.encode(encoder_input(image, spec))
         done = count
         rows.append({"images": count, "rss_mib": _rss_mib(process)})
     engine.close()

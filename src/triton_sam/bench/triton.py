@@ -16,8 +16,8 @@ import numpy as np
 
 from ..engines import Engine, ImageFeatures, create_engine
 from ..engines.triton import TritonEngine
-from ..image import model_input
-from ..prompts import DecodeRequest, build_request
+from ..image import encoder_input
+from ..prompts import DecodeRequest, model_request
 from ..registry import ModelSpec, get_model
 from . import summarize, timed
 from .predictor import bench_image, exported_repository
@@ -26,14 +26,14 @@ from .wire import CountingProxy, loopback_server
 
 def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
     """`count` different resized images (the server caches by content, so repeats would not encode)."""
-    base = model_input(bench_image(shape), spec.input_size)
+    base = encoder_input(bench_image(shape), spec)
     return [np.roll(base, 7 * i, axis=1) for i in range(count)]
 
 
 def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
     size = spec.input_size
     point = np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32)
-    return build_request((size, size), size, point_coords=point, point_labels=np.array([1]))
+    return model_request(spec, (size, size), point_coords=point, point_labels=np.array([1]))
 
 
 def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 from .. import __version__, contract
 from ..download import file_sha256
@@ -28,6 +30,19 @@ def _metadata(spec: ModelSpec, component: str, **extra) -> dict:
     }
 
 
+def _family_module(spec: ModelSpec) -> ModuleType:
+    """The export code of `spec`'s family (imports torch and the official package)."""
+    if spec.family == "sam2":
+        from . import sam2_onnx
+
+        return sam2_onnx
+    if spec.family in ("sam1", "mobile_sam"):
+        from . import sam1_onnx
+
+        return sam1_onnx
+    raise InvalidInputError(f"Export of {spec.family} models is not supported.")
+
+
 def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION_CACHE_SIZE) -> Path:
     """Write the python-backend session model of `spec` (it runs the encoder and decoder files)."""
     model_dir = Path(output) / spec.session_name
@@ -45,26 +60,26 @@ def export_model(
     seed: int | None = None,
     tensorrt: bool = False,
     progress=print,
+    external_data: bool | None = None,
 ) -> list[Path]:
     """Export `spec` with a checkpoint's weights, or random weights from `seed`, into `output`.
 
     Each Triton model directory is written next to its final place and moved in only when
-    complete, so an interrupted export never leaves a model that looks usable.
+    complete, so an interrupted export never leaves a model that looks usable. The encoder's
+    weights go to an external file when it is too large for one ONNX file (`external_data=None`),
+    or as `external_data` says.
     """
     if (checkpoint is None) == (seed is None):
         raise ValueError("Give exactly one of checkpoint and seed.")
-    if spec.family != "sam2":
-        raise InvalidInputError(f"Export of {spec.family} models is not supported yet.")
-    from .sam2_onnx import build_model, export_decoder, export_encoder
-
-    model = build_model(spec, checkpoint=checkpoint, seed=seed)
+    family = _family_module(spec)
+    model = family.build_model(spec, checkpoint=checkpoint, seed=seed)
     weights = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint else {"checkpoint": "random-init", "seed": seed}
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
     components = (
-        ("encoder", spec.encoder_name, export_encoder, encoder_config),
-        ("decoder", spec.decoder_name, export_decoder, decoder_config),
+        ("encoder", spec.encoder_name, partial(family.export_encoder, external_data=external_data), encoder_config),
+        ("decoder", spec.decoder_name, family.export_decoder, decoder_config),
     )
     for component, name, export_onnx, config in components:
         progress(f"Exporting {spec.model_id} {component} ...")

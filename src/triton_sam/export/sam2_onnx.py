@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from .. import contract
-from ..errors import CheckpointError
 from ..registry import ModelSpec
+from .checkpoint import load_checkpoint
+from .onnx_file import export_decoder_module, export_onnx
 
-OPSET = 17
 _MEAN = (0.485, 0.456, 0.406)
 _STD = (0.229, 0.224, 0.225)
 
@@ -35,29 +35,6 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
     if checkpoint is not None:
         load_checkpoint(model, spec, checkpoint)
     return model
-
-
-def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None:
-    """Load an official-format checkpoint (`{"model": state_dict}`), refusing mismatched ones."""
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise CheckpointError(f"Cannot read checkpoint {checkpoint}: {error}") from error
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise CheckpointError(f"{checkpoint} is not an official SAM2 checkpoint (expected a dict with a 'model' state dict).")
-    own = model.state_dict()
-    weights = state["model"]
-    problems = {
-        "missing": [k for k in own if k not in weights],
-        "unexpected": [k for k in weights if k not in own],
-        "wrong shape": [k for k, v in weights.items() if k in own and tuple(own[k].shape) != tuple(v.shape)],
-    }
-    if any(problems.values()):
-        details = "; ".join(
-            f"{label}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}" for label, keys in problems.items() if keys
-        )
-        raise CheckpointError(f"Checkpoint {checkpoint} does not match {spec.model_id} ({details}). Is it another model size?")
-    model.load_state_dict(weights, strict=True)
 
 
 class Encoder(nn.Module):
@@ -122,21 +99,6 @@ class Decoder(nn.Module):
         return masks[:, 1:], iou[:, 1:], single_mask, single_iou, object_scores
 
 
-def _export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], dynamic: dict) -> None:
-    with torch.no_grad():
-        torch.onnx.export(
-            module,
-            args,
-            str(path),
-            input_names=inputs,
-            output_names=outputs,
-            dynamic_axes=dynamic,
-            opset_version=OPSET,
-            do_constant_folding=True,
-            dynamo=False,
-        )
-
-
 @contextmanager
 def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[None]:
     """Let the export store Hiera's position embedding as a constant.
@@ -154,26 +116,14 @@ def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[N
         del trunk._get_pos_embed
 
 
-def export_encoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
     size = spec.input_size
     image = torch.zeros(1, size, size, 3, dtype=torch.uint8)
     names = list(spec.feature_shapes)
     dynamic = {name: {0: "batch"} for name in [contract.ENCODER_INPUT, *names]}
     with constant_position_embedding(model.image_encoder.trunk, size):
-        _export(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic)
+        export_onnx(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)
 
 
 def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
-    low = spec.low_res_size
-    features = tuple(torch.randn(1, *shape) for shape in spec.feature_shapes.values())
-    prompts = (
-        torch.tensor([[[500.0, 400.0], [200.0, 300.0]]]),
-        torch.tensor([[1, 0]], dtype=torch.int32),
-        torch.zeros(1, 1, low, low),
-        torch.zeros(1, 1),
-    )
-    inputs = [*spec.feature_shapes, *contract.PROMPT_INPUTS]
-    dynamic = {name: {0: "batch"} for name in [*inputs, *contract.DECODER_OUTPUTS]}
-    dynamic[contract.POINT_COORDS] = {0: "batch", 1: "points"}
-    dynamic[contract.POINT_LABELS] = {0: "batch", 1: "points"}
-    _export(Decoder(model).eval(), features + prompts, path, inputs, list(contract.DECODER_OUTPUTS), dynamic)
+    export_decoder_module(Decoder(model), spec, path, points=[[500.0, 400.0], [200.0, 300.0]], labels=[1, 0])

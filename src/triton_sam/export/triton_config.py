@@ -9,7 +9,7 @@ the server so that a decode request carries only a handle and the prompts.
 from __future__ import annotations
 
 from .. import contract
-from ..registry import ModelSpec
+from ..registry import STRETCH, ModelSpec
 
 ENCODER_MAX_BATCH = 4
 DECODER_MAX_BATCH = 16
@@ -68,17 +68,22 @@ def _footer(spec: ModelSpec, component: str, tensorrt: bool) -> str:
     return text + (_TRT_BLOCK if tensorrt else "")
 
 
+def _image_dims(spec: ModelSpec) -> tuple[int, int, int]:
+    """HWC of the encoder input: fixed for a stretched square, variable up to input_size for SAM1."""
+    side = spec.input_size if spec.resize == STRETCH else -1
+    return side, side, 3
+
+
 def encoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
     """config.pbtxt of the encoder: one uint8 HWC image in, the feature maps out."""
-    size = spec.input_size
-    image = (contract.ENCODER_INPUT, "TYPE_UINT8", (size, size, 3))
+    image = (contract.ENCODER_INPUT, "TYPE_UINT8", _image_dims(spec))
     outputs = [_tensor(name, "TYPE_FP32", shape) for name, shape in spec.feature_shapes.items()]
     return (
         _header(spec.encoder_name, ENCODER_MAX_BATCH)
         + f"input {_tensors([_tensor(*image)])}\n"
         + f"output {_tensors(outputs)}\n"
         + "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
-        + _warmup("zero_image", [image])
+        + _warmup("zero_image", [(*image[:2], (spec.input_size, spec.input_size, 3))])
         + _footer(spec, "encoder", tensorrt)
     )
 
@@ -143,10 +148,9 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
     Runtime device. Its queue drops requests that waited 10 s (clients send shorter timeouts for
     hover decodes), and gRPC cancellation removes queued requests before they run.
     """
-    size = spec.input_size
     prompts = [i for i in decoder_inputs(spec) if i[0] in (contract.POINT_COORDS, contract.POINT_LABELS, contract.MASK_INPUT)]
     inputs = [
-        _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", (size, size, 3), optional=True),
+        _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", _image_dims(spec), optional=True),
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
     ] + [_tensor(*i, optional=True) for i in prompts]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in decoder_outputs(spec)]

@@ -1,6 +1,6 @@
 """triton-sam's Triton python-backend models; exported as `model.py` (see `TritonPythonModel`).
 
-Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An *encode* request sends the resized image (`image`, uint8 [B,1024,1024,3]) and gets back a
+Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An *encode* request sends the resized image (`image`, uint8 [B,H,W,3]) and gets back a
 `handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
 gets mask logits back under the decoder's output names. Features live in a bounded LRU in this
 process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
@@ -31,7 +31,6 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"
-FEATURE_NAMES = ("image_embed", "high_res_feats_0", "high_res_feats_1")
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
 
 
@@ -92,6 +91,7 @@ def _session(path: Path) -> "ort.InferenceSession":
 def image_handle(image: np.ndarray, model_id: str) -> str:
     """Content signature of one preprocessed image: equal images share one cache entry."""
     digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16)
+    digest.update(str(image.shape).encode())  # SAM1 inputs vary in shape
     digest.update(model_id.encode())
     return digest.hexdigest()
 
@@ -199,6 +199,7 @@ class SessionModel:
         self.counts = counts
         self.model_id = params["triton_sam_model_id"]
         self.encoder = _session(repository / params["encoder_model"] / "1" / "model.onnx")
+        self.feature_names = [output.name for output in self.encoder.get_outputs()]
         self.decoder = _session(repository / params["decoder_model"] / "1" / "model.onnx")
         low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
         self.low_res = low_res if isinstance(low_res, int) else 256
@@ -231,8 +232,8 @@ class SessionModel:
         handles = [image_handle(image, self.model_id) for image in images]
         for handle, image in zip(handles, images):
             if handle not in self.cache:
-                outputs = self.encoder.run(list(FEATURE_NAMES), {"image": image[None]})
-                self.cache.put(handle, dict(zip(FEATURE_NAMES, outputs)))
+                outputs = self.encoder.run(self.feature_names, {"image": image[None]})
+                self.cache.put(handle, dict(zip(self.feature_names, outputs)))
         self.counts.add("encoded")
         return _response(["handle"], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
 
@@ -245,7 +246,7 @@ class SessionModel:
         if coords.shape[0] != batch or labels.shape[:2] != coords.shape[:2]:
             raise ValueError(f"handle {handles.shape}, point_coords {coords.shape}, point_labels {labels.shape} disagree")
         per_row = [self.cache.get(_text(h)) for h in handles]
-        feeds = {name: np.concatenate([row[name] for row in per_row]) for name in FEATURE_NAMES}
+        feeds = {name: np.concatenate([row[name] for row in per_row]) for name in self.feature_names}
         mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
         has_mask = mask is not None
         feeds.update(

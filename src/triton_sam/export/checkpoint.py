@@ -1,0 +1,36 @@
+"""Read official checkpoints into official models, refusing files that do not fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import CheckpointError
+from ..registry import ModelSpec
+
+
+def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None:
+    """Load an official checkpoint (SAM2: `{"model": state_dict}`; SAM1, MobileSAM: the state dict)
+    with `weights_only=True` (no pickled code runs), refusing one made for another model."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(f"Cannot read checkpoint {checkpoint}: {error}") from error
+    weights = state.get("model") if spec.family == "sam2" and isinstance(state, dict) else state
+    if not isinstance(weights, dict):
+        layout = "a dict with a 'model' state dict" if spec.family == "sam2" else "a state dict"
+        raise CheckpointError(f"{checkpoint} is not an official {spec.family} checkpoint (expected {layout}).")
+    own = model.state_dict()
+    problems = {
+        "missing": [k for k in own if k not in weights],
+        "unexpected": [k for k in weights if k not in own],
+        "wrong shape": [k for k, v in weights.items() if k in own and tuple(own[k].shape) != tuple(v.shape)],
+    }
+    if any(problems.values()):
+        details = "; ".join(
+            f"{label}: {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''}" for label, keys in problems.items() if keys
+        )
+        raise CheckpointError(f"Checkpoint {checkpoint} does not match {spec.model_id} ({details}). Is it another model size?")
+    model.load_state_dict(weights, strict=True)
