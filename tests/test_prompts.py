@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from triton_sam.errors import InvalidInputError
-from triton_sam.prompts import build_request
+from triton_sam.prompts import build_request, model_request
+from triton_sam.registry import get_model
 
 SIZE = (200, 400)  # H, W
 
@@ -22,6 +23,17 @@ def test_box_becomes_corner_points_before_the_clicks():
     req = request(box=[0, 0, 200, 100], point_coords=[[100, 50]], point_labels=[1])
     assert req.point_labels.tolist() == [[2, 3, 1]]
     np.testing.assert_allclose(req.point_coords[0, :2], [[0, 0], [512, 512]])
+
+
+def test_sam1_order_puts_clicks_first_and_pads_only_without_a_box():
+    spec = get_model("sam_vit_b")  # a 200x400 image becomes 512x1024: same scale on both axes
+    req = model_request(spec, SIZE, box=[0, 0, 200, 100], point_coords=[[100, 50]], point_labels=[1])
+    assert req.point_labels.tolist() == [[1, 2, 3]]
+    np.testing.assert_allclose(req.point_coords[0], [[256, 128], [0, 0], [512, 256]])
+    req = model_request(spec, SIZE, point_coords=[[[100, 50]], [[10, 10]]], point_labels=[[1], [0]])
+    assert req.point_labels.tolist() == [[1, -1], [0, -1]]  # SAM1's padding point
+    np.testing.assert_allclose(req.point_coords[:, 1], 0)
+    assert model_request(spec, SIZE, box=[[0, 0, 10, 10], [5, 5, 20, 20]]).point_labels.tolist() == [[2, 3]] * 2
 
 
 def test_batches_of_boxes_and_points():

@@ -37,17 +37,17 @@ def _download(args) -> Path:
 
 
 def _export(args, checkpoint: Path | None = None) -> None:
-    try:
-        from .export import export_model
-        import torch  # noqa: F401
-    except ImportError as error:
-        raise TritonSamError(
-            f"Export needs PyTorch and sam2 ({error}). Install them with: pip install 'triton-sam[export]' "
-            "(see README: sam2 is built with --no-build-isolation)."
-        ) from error
     checkpoint = checkpoint or args.checkpoint
     seed = None if checkpoint else args.seed
-    paths = export_model(get_model(args.model), args.output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt)
+    try:
+        from .export import export_model
+
+        paths = export_model(get_model(args.model), args.output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt)
+    except ImportError as error:
+        raise TritonSamError(
+            f"Export needs PyTorch and the model's official package ({error}). Install them with: "
+            "pip install 'triton-sam[export]' (see README: sam2 is built with --no-build-isolation)."
+        ) from error
     for path in paths:
         print(f"Wrote {path}")
 
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmarks, side by side with the reference")
     kinds = bench.add_subparsers(dest="kind", required=True)
-    bench_predictor = kinds.add_parser("predictor", help="local engine vs official SAM2ImagePredictor")
+    bench_predictor = kinds.add_parser("predictor", help="local engine vs the model's official predictor")
     _add_bench_options(bench_predictor)
     bench_predictor.set_defaults(func=_cmd_bench)
     bench_triton = kinds.add_parser("triton", help="Triton (local server) vs local engine: latency, bytes, throughput")

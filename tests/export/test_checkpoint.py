@@ -87,3 +87,21 @@ def test_cli_reports_errors_without_a_traceback(tmp_path):
     cmd = [sys.executable, "-m", "triton_sam.cli", "export", TINY.model_id, "--checkpoint", str(missing), "--output", str(tmp_path)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 2 and "error: Cannot read checkpoint" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_sam1_family_checkpoints_are_plain_state_dicts(tmp_path):
+    require_export_extra()
+    import torch
+
+    from triton_sam.export.checkpoint import load_checkpoint
+    from triton_sam.export.sam1_onnx import build_model
+
+    spec = get_model("mobile_sam")
+    expected = build_model(spec, seed=PARITY_SEED).state_dict()
+    torch.save(expected, tmp_path / "mobile_sam.pt")  # how the official files hold it
+    model = build_model(spec, seed=PARITY_SEED + 1)
+    load_checkpoint(model, spec, tmp_path / "mobile_sam.pt")
+    assert all(torch.equal(value, expected[key]) for key, value in model.state_dict().items())
+    torch.save({"model": expected}, tmp_path / "wrapped.pt")  # SAM2's layout
+    with pytest.raises(CheckpointError, match="does not match mobile_sam.*unexpected: model"):
+        load_checkpoint(model, spec, tmp_path / "wrapped.pt")

@@ -74,20 +74,10 @@ class _Sam1Reference:
 
 
 def _reference(model_id: str):
-    spec = get_model(model_id)
-    if spec.family == "sam2":
-        from sam2.sam2_image_predictor import SAM2ImagePredictor
+    from triton_sam.bench.predictor import official_predictor
 
-        from triton_sam.export.sam2_onnx import build_model
-
-        return SAM2ImagePredictor(build_model(spec, seed=PARITY_SEED))
-    from triton_sam.export.sam1_onnx import build_model
-
-    if spec.family == "mobile_sam":
-        from mobile_sam import SamPredictor
-    else:
-        from segment_anything import SamPredictor
-    return _Sam1Reference(SamPredictor(build_model(spec, seed=PARITY_SEED)))
+    reference = official_predictor(model_id, PARITY_SEED)
+    return reference if get_model(model_id).family == "sam2" else _Sam1Reference(reference)
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import start_server
+from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image
 from triton_sam import Predictor
 
@@ -205,6 +205,32 @@ def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repo
     widget.find_models()
     qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=10000)
     assert widget.model.currentText() == "sam2.1_hiera_tiny"
+
+
+def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_predicts(
+    qtbot, viewer, sam2_server, exported_repository
+):
+    image = viewer.add_image(disk_image(H, W, DISKS))  # not square: SAM1 resizes the longest side
+    viewer.reset_view()
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.backend.setCurrentText("Triton")
+    widget.url.setText(sam2_server.grpc_url)
+    widget.find_models()
+    qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=10000)
+    assert sorted(widget.model.itemText(i) for i in range(widget.model.count())) == sorted(SERVED_MODELS)
+    widget.model.setCurrentText("mobile_sam")
+    widget.connect_engine()
+    qtbot.waitUntil(lambda: widget.ready, timeout=60000)
+    with qtbot.waitSignal(widget.preview_shown, timeout=30000) as shown:
+        move(viewer, world(image, 300, 150))
+    hovered = shown.args[0].point
+    assert np.abs(np.subtract(hovered, [300, 150])).max() < 1
+    with Predictor("mobile_sam", model_repository=exported_repository("mobile_sam")) as predictor:
+        predictor.set_image(image.data)
+        expected = predictor.predict(point_coords=[hovered], point_labels=[1], multimask_output=False)[0][0]
+    assert 0 < expected.mean() < 1  # random weights, yet a mask with content
+    np.testing.assert_array_equal(viewer.layers[layers.PREVIEW_NAME].data > 0, expected)
+    widget.close_session()
 
 
 def test_neighbouring_planes_are_encoded_ahead(qtbot, viewer, synthetic_repository):

@@ -1,8 +1,8 @@
-"""`triton-sam bench click`: click to committed mask, next to the official `SAM2ImagePredictor`.
+"""`triton-sam bench click`: click to committed mask, next to the model's official predictor.
 
 Ours is the interactive path: `InteractiveSession.add_point` then `commit` (which waits for the
 click's decode and returns the full-size mask), with the local engine and through a local Triton
-server. The reference is what other napari plugins do on a click: `SAM2ImagePredictor.predict`
+server. The reference is what other napari plugins do on a click: the official `predict`
 with the same point (three candidates, the best-scoring one kept). Same random-init weights and
 image; the image is encoded beforehand for all; calls alternate so machine noise hits all alike.
 """
@@ -18,7 +18,7 @@ from ..engines import create_engine
 from ..registry import get_model
 from ..session import InteractiveSession
 from . import summarize, timed
-from .predictor import bench_image, exported_repository
+from .predictor import bench_image, exported_repository, official_predictor
 from .wire import loopback_server
 
 
@@ -47,16 +47,13 @@ def run(
     workdir: Path = Path(".bench"),
 ) -> dict:
     import torch
-    from sam2.sam2_image_predictor import SAM2ImagePredictor
-
-    from ..export.sam2_onnx import build_model
 
     spec = get_model(model_id)
     repository = exported_repository(model_id, seed, workdir)
     image = bench_image(shape)
     rng = np.random.default_rng(seed)
     points = [(rng.uniform(0, shape[1] - 1), rng.uniform(0, shape[0] - 1)) for _ in range(clicks)]
-    reference = SAM2ImagePredictor(build_model(spec, seed=seed))
+    reference = official_predictor(model_id, seed)
     result = {"benchmark": "click", "model": model_id, "image_shape": list(shape), "clicks": clicks}
     with ExitStack() as stack, torch.inference_mode():
         sessions = {}

@@ -1,4 +1,5 @@
-"""`triton-sam bench predictor`: our local engine next to the official `SAM2ImagePredictor`.
+"""`triton-sam bench predictor`: our local engine next to the model's official predictor
+(`SAM2ImagePredictor`, or SAM1's / MobileSAM's `SamPredictor`).
 
 Both get the same random-init weights, image and prompts; calls alternate so that machine noise
 hits both alike.
@@ -41,6 +42,30 @@ def exported_repository(model_id: str, seed: int, workdir: Path) -> Path:
     return repository
 
 
+def official_predictor(model_id: str, seed: int):
+    """The official predictor of `model_id`'s family, with the random-init weights of `seed`."""
+    spec = get_model(model_id)
+    if spec.family == "sam2":
+        from sam2.sam2_image_predictor import SAM2ImagePredictor
+
+        from ..export.sam2_onnx import build_model
+
+        return SAM2ImagePredictor(build_model(spec, seed=seed))
+    from ..export.sam1_onnx import build_model
+
+    if spec.family == "mobile_sam":
+        from mobile_sam import SamPredictor
+    else:
+        from segment_anything import SamPredictor
+    return SamPredictor(build_model(spec, seed=seed))
+
+
+def onnx_mib(repository: Path, model_id: str) -> float:
+    """Size of the exported encoder and decoder files (weights included), MiB."""
+    exported = locate(get_model(model_id), repository)
+    return sum(f.stat().st_size for path in (exported.encoder, exported.decoder) for f in path.parent.iterdir()) / 2**20
+
+
 def bench_image(shape: tuple[int, int]) -> np.ndarray:
     """A natural RGB image (skimage's astronaut) stretched to `shape`."""
     from PIL import Image
@@ -66,12 +91,9 @@ def run(
 ) -> dict:
     """Time encode and one-point multimask decode for both implementations."""
     import torch
-    from sam2.sam2_image_predictor import SAM2ImagePredictor
-
-    from ..export.sam2_onnx import build_model
 
     repository = exported_repository(model_id, seed, workdir)
-    reference = SAM2ImagePredictor(build_model(get_model(model_id), seed=seed))
+    reference = official_predictor(model_id, seed)
     ours = Predictor(model_id, model_repository=repository)
     image = bench_image(shape)
     point = {"point_coords": np.array([[shape[1] * 0.4, shape[0] * 0.45]]), "point_labels": np.array([1])}
@@ -93,6 +115,7 @@ def run(
         "model": model_id,
         "image_shape": list(shape),
         "engine": ours.engine.describe(),
+        "onnx_mib": onnx_mib(repository, model_id),
         "torch_threads": torch.get_num_threads(),
         **stats,
         "encode_ratio": stats["ours_encode"]["median_ms"] / stats["ref_encode"]["median_ms"],
