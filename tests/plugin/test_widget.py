@@ -285,20 +285,24 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     widget.close_session()
 
 
+def _slow_decodes(monkeypatch, widget, seconds: float = 0.5) -> None:
+    """A slow engine: each decode of the widget's engine waits `seconds` first."""
+    decode = widget.session.engine.decode
+
+    def slow_decode(*args, **kwargs):
+        time.sleep(seconds)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(widget.session.engine, "decode", slow_decode)
+
+
 def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_nothing(
     qtbot, viewer, synthetic_repository, monkeypatch
 ):
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    engine = widget.session.engine
-    decode = engine.decode
-
-    def slow_decode(*args, **kwargs):  # a slow engine, to remove the layer mid-decode
-        time.sleep(0.5)
-        return decode(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "decode", slow_decode)
+    _slow_decodes(monkeypatch, widget)  # to remove the layer mid-decode
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 300, 150))
     qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
@@ -435,14 +439,7 @@ def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    engine = widget.session.engine
-    decode = engine.decode
-
-    def slow_decode(*args, **kwargs):  # a slow engine, to close the panel mid-decode
-        time.sleep(0.5)
-        return decode(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "decode", slow_decode)
+    _slow_decodes(monkeypatch, widget)  # to close the panel mid-decode
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 300, 150))
     qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,3 +35,13 @@ def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None
         )
         raise CheckpointError(f"Checkpoint {checkpoint} does not match {spec.model_id} ({details}). Is it another model size?")
     model.load_state_dict(weights, strict=True)
+
+
+def with_weights(build: Callable[[], nn.Module], spec: ModelSpec, checkpoint: Path | None, seed: int | None) -> nn.Module:
+    """`build()` an official model with random weights drawn from `seed`, or a checkpoint's weights."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = build()
+    if checkpoint is not None:
+        load_checkpoint(model, spec, checkpoint)
+    return model

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from .. import contract
 from ..registry import ModelSpec
-from .checkpoint import load_checkpoint
+from .checkpoint import with_weights
 from .onnx_file import export_decoder_module, export_onnx
 
 # SAM1 has no object-score head: report "object present" (sigmoid ~ 1) for the shared contract.
@@ -34,12 +34,7 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
     else:
         from segment_anything import sam_model_registry
 
-    if seed is not None:
-        torch.manual_seed(seed)
-    model = sam_model_registry[spec.config](checkpoint=None).eval()
-    if checkpoint is not None:
-        load_checkpoint(model, spec, checkpoint)
-    return model
+    return with_weights(lambda: sam_model_registry[spec.config](checkpoint=None).eval(), spec, checkpoint, seed)
 
 
 class Encoder(nn.Module):

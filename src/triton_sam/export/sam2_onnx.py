@@ -18,7 +18,7 @@ from torch import nn
 
 from .. import contract
 from ..registry import ModelSpec
-from .checkpoint import load_checkpoint
+from .checkpoint import with_weights
 from .onnx_file import export_decoder_module, export_onnx
 
 _MEAN = (0.485, 0.456, 0.406)
@@ -29,12 +29,7 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
     """The official SAM2 model of `spec`: random weights (seeded) or a checkpoint's weights."""
     from sam2.build_sam import build_sam2
 
-    if seed is not None:
-        torch.manual_seed(seed)
-    model = build_sam2(spec.config, ckpt_path=None, device="cpu", mode="eval")
-    if checkpoint is not None:
-        load_checkpoint(model, spec, checkpoint)
-    return model
+    return with_weights(lambda: build_sam2(spec.config, ckpt_path=None, device="cpu", mode="eval"), spec, checkpoint, seed)
 
 
 class Encoder(nn.Module):
