@@ -19,12 +19,6 @@ def test_upsample_of_a_constant_is_constant():
     assert np.all(upsample_logits(np.full((256, 256), 3.0, np.float32), (31, 47)) == 3.0)
 
 
-def test_a_crop_is_the_top_left_of_the_full_upsampling():
-    logits = np.random.default_rng(1).standard_normal((3, 256, 256)).astype(np.float32)
-    full = upsample_logits(logits, (1024, 1024))
-    np.testing.assert_array_equal(upsample_logits(logits, (1024, 1024), crop=(576, 1024)), full[:, :576])
-
-
 def test_sam1_masks_go_through_the_padded_input_as_the_official_postprocessing():
     torch = pytest.importorskip("torch")
     F = torch.nn.functional

@@ -1,4 +1,9 @@
-"""Mask post-processing: low-resolution decoder logits back to the original image size."""
+"""Mask post-processing: low-resolution decoder logits back to the original image size.
+
+Bilinear resizing is separable and linear, so each axis is a list of taps (source indices and
+weights per output position). Two resizings in a row (SAM1: to the padded input, crop, to the
+image) compose into one set of taps per axis, applied once at the image's size.
+"""
 
 from __future__ import annotations
 
@@ -12,50 +17,60 @@ from .registry import LONGEST_SIDE, ModelSpec
 _ROWS_PER_TASK = 256
 _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="triton-sam-upsample")
 
+Taps = tuple[np.ndarray, np.ndarray]  # source indices int64 [K, n_out], weights float32 [K, n_out]
 
-def _source_index(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lower neighbour index and weight of the next one, as `F.interpolate(align_corners=False)`."""
+
+def bilinear_taps(n_in: int, n_out: int) -> Taps:
+    """Taps of `F.interpolate(mode="bilinear", align_corners=False)` along one axis."""
     scale = np.float32(n_in / n_out)
-    src = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-    src = np.maximum(src, 0)
+    src = np.maximum((np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5), 0)
     lower = np.minimum(src.astype(np.int64), n_in - 1)
-    return lower, (src - lower).astype(np.float32)
+    fraction = (src - lower).astype(np.float32)
+    return np.stack([lower, np.minimum(lower + 1, n_in - 1)]), np.stack([1 - fraction, fraction])
 
 
-def _steps(array: np.ndarray, axis: int) -> np.ndarray:
-    """Difference to the next element along `axis`; zero at the last one (the clamped edge)."""
-    return np.diff(array, axis=axis, append=np.take(array, [-1], axis=axis))
+def compose_taps(first: Taps, then: Taps) -> Taps:
+    """Taps of resampling with `first`, then resampling that result with `then`."""
+    (first_index, first_weight), (then_index, then_weight) = first, then
+    index = first_index[:, then_index]  # [K1, K2, n_out]
+    weight = first_weight[:, then_index] * then_weight[None]
+    return index.reshape(-1, index.shape[-1]), weight.reshape(-1, weight.shape[-1])
 
 
-def upsample_logits(logits: np.ndarray, size: tuple[int, int], crop: tuple[int, int] | None = None) -> np.ndarray:
-    """Bilinearly resize the last two axes of `logits` to `size` (H, W), matching PyTorch; with
-    `crop` (h, w) only the top-left h x w of that result is computed and returned.
+def resample(logits: np.ndarray, rows: Taps, cols: Taps) -> np.ndarray:
+    """Apply taps to the last two axes of `logits`.
 
-    Columns are interpolated first on the small array; output rows are then filled in blocks
-    on a thread pool (numpy releases the GIL), since this runs on every prediction.
+    Columns are resampled first on the small array; output rows are then filled in blocks on a
+    thread pool (numpy releases the GIL), since this runs on every prediction.
     """
-    y0, wy = _source_index(logits.shape[-2], size[0])
-    x0, wx = _source_index(logits.shape[-1], size[1])
-    height, width = crop or size
-    y0, wy, x0, wx = y0[:height], wy[:height], x0[:width], wx[:width]
-    cols = logits[..., x0] + _steps(logits, -1)[..., x0] * wx
-    row_steps = _steps(cols, -2)
-    out = np.empty((*logits.shape[:-2], height, width), np.float32)
+    (col_index, col_weight), (row_index, row_weight) = cols, rows
+    by_cols = sum(logits[..., index] * weight for index, weight in zip(col_index, col_weight))
+    out = np.empty((*logits.shape[:-2], row_index.shape[1], col_index.shape[1]), np.float32)
 
     def fill(start: int) -> None:
-        rows = slice(start, start + _ROWS_PER_TASK)
-        block = out[..., rows, :]
-        np.take(cols, y0[rows], axis=-2, out=block)
-        block += np.take(row_steps, y0[rows], axis=-2) * wy[rows, None]
+        block = slice(start, start + _ROWS_PER_TASK)
+        target = out[..., block, :]
+        np.multiply(np.take(by_cols, row_index[0, block], axis=-2), row_weight[0, block, None], out=target)
+        for index, weight in zip(row_index[1:], row_weight[1:]):
+            target += np.take(by_cols, index[block], axis=-2) * weight[block, None]
 
-    list(_POOL.map(fill, range(0, height, _ROWS_PER_TASK)))
+    list(_POOL.map(fill, range(0, out.shape[-2], _ROWS_PER_TASK)))
     return out
+
+
+def upsample_logits(logits: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Bilinearly resize the last two axes of `logits` to `size` (H, W), matching PyTorch."""
+    return resample(logits, bilinear_taps(logits.shape[-2], size[0]), bilinear_taps(logits.shape[-1], size[1]))
 
 
 def image_logits(low_res: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
     """Decoder logits at the image's size, as the model's official predictor computes them:
-    straight from low resolution (SAM2), or through the padded encoder input, cropped (SAM1)."""
-    if spec.resize == LONGEST_SIDE:
-        padded = (spec.input_size, spec.input_size)
-        return upsample_logits(upsample_logits(low_res, padded, crop=spec.input_hw(image_hw)), image_hw)
-    return upsample_logits(low_res, image_hw)
+    straight from low resolution (SAM2), or to the padded encoder input, cropped to the image's
+    part of it and resized to the image (SAM1), in one pass."""
+    if spec.resize != LONGEST_SIDE:
+        return upsample_logits(low_res, image_hw)
+    taps = []
+    for n_low, n_input, n_image in zip(low_res.shape[-2:], spec.input_hw(image_hw), image_hw):
+        index, weight = bilinear_taps(n_low, spec.input_size)
+        taps.append(compose_taps((index[:, :n_input], weight[:, :n_input]), bilinear_taps(n_input, n_image)))
+    return resample(low_res, *taps)
