@@ -88,7 +88,7 @@ SERVED_MODELS = ("sam2.1_hiera_tiny", "mobile_sam")
 
 
 @pytest.fixture(scope="session")
-def sam2_server(exported_repository, tmp_path_factory):
+def models_server(exported_repository, tmp_path_factory):
     """One server for SAM2.1 tiny and MobileSAM side by side (seeded random weights)."""
     repository = tmp_path_factory.mktemp("served_repo")
     for model_id in SERVED_MODELS:

@@ -112,8 +112,8 @@ def test_a_decode_costs_under_4_kb_upstream(synthetic_server):
 
 
 @pytest.mark.parametrize("model_id", SERVED_MODELS)
-def test_each_served_model_through_triton_matches_the_local_engine(model_id, sam2_server, exported_repository):
-    client = TritonClient(sam2_server.grpc_url)
+def test_each_served_model_through_triton_matches_the_local_engine(model_id, models_server, exported_repository):
+    client = TritonClient(models_server.grpc_url)
     try:
         assert sorted(served_models(client)) == sorted(SERVED_MODELS)  # side by side on one server
     finally:
@@ -121,7 +121,7 @@ def test_each_served_model_through_triton_matches_the_local_engine(model_id, sam
     rng = np.random.default_rng(0)
     image = rng.integers(0, 255, (480, 640, 3), np.uint8)
     repository = exported_repository(model_id)
-    with Predictor(model_id, backend="triton", url=sam2_server.grpc_url) as remote, Predictor(
+    with Predictor(model_id, backend="triton", url=models_server.grpc_url) as remote, Predictor(
         model_id, model_repository=repository
     ) as local:
         remote.set_image(image)
@@ -164,7 +164,7 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 
 @pytest.mark.parametrize("batching", [False, True], ids=["no-batcher", "batcher"])
 def test_cancelled_queued_decodes_never_run_on_the_server(batching, request):
-    server = request.getfixturevalue("sam2_batching_server" if batching else "sam2_server")
+    server = request.getfixturevalue("sam2_batching_server" if batching else "models_server")
     assert server.session_batching == batching
     engine = TritonEngine(TINY, url=server.grpc_url)
     # Behind a batcher a superseded running decode is only cancelled when overdue (see TritonEngine).
@@ -220,8 +220,8 @@ def _request_ns(url: str, model: str) -> dict[str, int]:
     return {"success_count": int(success.get("count", 0)), "success_ns": int(success.get("ns", 0))}
 
 
-def test_a_decode_cancelled_while_running_is_stopped_on_the_server(sam2_server):
-    url = sam2_server.grpc_url
+def test_a_decode_cancelled_while_running_is_stopped_on_the_server(models_server):
+    url = models_server.grpc_url
     engine = TritonEngine(TINY, url=url)
     features = engine.encode(np.random.default_rng(2).integers(0, 255, (1024, 1024, 3), np.uint8))
     boxes = np.array([[10 + i, 20, 600 + i, 700] for i in range(16)], np.float32)

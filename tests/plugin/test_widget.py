@@ -208,13 +208,13 @@ def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repo
 
 
 def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_predicts(
-    qtbot, viewer, sam2_server, exported_repository
+    qtbot, viewer, models_server, exported_repository
 ):
     image = viewer.add_image(disk_image(H, W, DISKS))  # not square: SAM1 resizes the longest side
     viewer.reset_view()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.backend.setCurrentText("Triton")
-    widget.url.setText(sam2_server.grpc_url)
+    widget.url.setText(models_server.grpc_url)
     widget.find_models()
     qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=10000)
     assert sorted(widget.model.itemText(i) for i in range(widget.model.count())) == sorted(SERVED_MODELS)
