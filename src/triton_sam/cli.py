@@ -162,12 +162,14 @@ def _cmd_serve(args) -> None:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         session_batching=args.session_batching,
+        models=args.models,
     )
     if not server.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: anyone who can reach {args.host} can use this server; set ${ENV_API_KEY} to require a key.")
     print(f"Starting Triton on {args.host} (gRPC {args.grpc_port}, HTTP {args.http_port}) for {args.model_repository} ...")
     with server:
-        models = ", ".join(exported_models(args.model_repository)) or "none exported yet"
+        served = [m for m in exported_models(args.model_repository) if args.models is None or m in args.models]
+        models = ", ".join(served) or "none exported yet"
         key = f" (clients need ${ENV_API_KEY})" if server.api_key else ""
         print(f"Ready. Models: {models}. Point the plugin at {server.grpc_url}{key}. Ctrl-C stops the server.", flush=True)
         try:
@@ -250,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="dynamic batching of the session models (default: on with a GPU, off on a CPU where it only adds delay)",
     )
+    serve.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS), metavar="MODEL",
+                       help="serve only these of the repository's models (default: all)")
     serve.set_defaults(func=_cmd_serve)
 
     server_env = commands.add_parser("server-env", help="create the environment `serve` runs in (nvidia-pytriton)")

@@ -59,6 +59,13 @@ def test_without_session_batching_only_the_session_model_loses_its_batcher(synth
     assert config(TINY.decoder_name).HasField("dynamic_batching")
 
 
+def test_the_view_can_hold_only_some_models(tmp_path):
+    repository = write_repository(TINY, tmp_path / "repo")
+    write_repository(get_model("sam2.1_hiera_small"), repository)
+    view = serving_repository(repository, tmp_path / "view", models=["sam2.1_hiera_small"])
+    assert sorted(p.name for p in view.iterdir()) == [f"sam2.1_hiera_small_{c}" for c in ("decoder", "encoder", "session")]
+
+
 def test_tensorrt_settings_are_dropped_from_the_view(tmp_path):
     repository = write_repository(TINY, tmp_path / "repo")
     (repository / TINY.encoder_name / "config.pbtxt").write_text(encoder_config(TINY, tensorrt=True))

@@ -90,7 +90,7 @@ def run(
     traces = [mouse_trace(shape, rate_hz, duration_s, seed + i) for i in range(max(counts))]
     result = {"benchmark": "annotators", "model": model_id, "image_shape": list(shape), "duration_s": duration_s}
     for batching in (True, False):
-        with loopback_server(repository, session_batching=batching) as server:
+        with loopback_server(repository, model_id, session_batching=batching) as server:
             rounds = [_round(server, spec, images[:n], traces[:n]) for n in counts]
         result["dynamic_batching" if batching else "no_batching"] = rounds
     return result

@@ -60,7 +60,7 @@ def run(
         for backend in backends:
             options = {}
             if backend == "triton":
-                options["url"] = stack.enter_context(loopback_server(repository)).grpc_url
+                options["url"] = stack.enter_context(loopback_server(repository, model_id)).grpc_url
             engine = create_engine(spec, backend, repository, **options)
             stack.callback(engine.close)
             session = InteractiveSession(engine, lambda preview: None)

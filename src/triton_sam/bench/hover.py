@@ -177,7 +177,7 @@ def run(
         result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None)}
         engine.close()
     if "triton" in backends:
-        with loopback_server(repository) as server:
+        with loopback_server(repository, model_id) as server:
             engine = create_engine(spec, "triton", url=server.grpc_url)
             result["triton"] = {"engine": engine.describe(), **_modes(engine, image, trace, server)}
             engine.close()

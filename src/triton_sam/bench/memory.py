@@ -121,7 +121,7 @@ def run(
     repository = exported_repository(model_id, seed, workdir)
     result = {"benchmark": "memory", "model": model_id, "image_shape": list(shape)}
     result["client"] = _client(repository, spec, shape, client_counts)
-    with loopback_server(repository) as server:
+    with loopback_server(repository, model_id) as server:
         result["server"] = {"session_cache_size": SESSION_CACHE_SIZE, "rows": _server(server, spec, shape, server_counts)}
         if soak_s > 0:
             result["soak"] = _soak(server, spec, next(bench_images(shape, 1)), soak_s, sample_s)

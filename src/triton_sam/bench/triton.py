@@ -112,7 +112,7 @@ def run(
     local = create_engine(spec, "local", repository)
     result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
 
-    with loopback_server(repository, session_batching=True) as batching:
+    with loopback_server(repository, model_id, session_batching=True) as batching:
         proxy = CountingProxy(batching.grpc_url)
         remote = TritonEngine(spec, url=proxy.url)
         remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)  # warm-up, connection set-up
@@ -126,6 +126,6 @@ def run(
         ]
         result["executions_by_batch_size"] = _batch_sizes(batching.grpc_url, spec)
     local.close()
-    with loopback_server(repository, session_batching=False) as plain:
+    with loopback_server(repository, model_id, session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
     return result

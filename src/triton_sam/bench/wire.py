@@ -64,6 +64,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def loopback_server(repository: Path, **options) -> LocalTritonServer:
-    """A local Triton server (not started yet) on free loopback ports."""
-    return LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), **options)
+def loopback_server(repository: Path, model_id: str, **options) -> LocalTritonServer:
+    """A local Triton server (not started yet) on free loopback ports, serving `model_id` only
+    (the benchmark's work directory may hold other, larger models)."""
+    ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
+    return LocalTritonServer(repository, models=(model_id,), **ports, **options)

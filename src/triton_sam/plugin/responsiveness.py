@@ -197,7 +197,7 @@ def run(
         with ExitStack() as stack_of_servers:
             url = None
             if backend == "triton":
-                url = stack_of_servers.enter_context(loopback_server(repository)).grpc_url
+                url = stack_of_servers.enter_context(loopback_server(repository, model_id)).grpc_url
             label = "Triton" if backend == "triton" else "Local"
             result[backend] = _backend_run(label, url, model_id, repository, stack, trace)
     return result

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.request
 import venv
+from collections.abc import Collection
 from importlib import resources
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from tritonclient.grpc import model_config_pb2
 from ..engines.providers import cuda_device_count
 from ..engines.triton import API_KEY_GRPC_HEADER, API_KEY_NAME
 from ..errors import ServerUnavailableError, TritonSamError
+from ..repository import read_metadata
 from .models import python_model_source
 
 ENV_SERVER_PYTHON = "TRITON_SAM_SERVER_PYTHON"
@@ -78,8 +80,10 @@ def _as_python_model(config: model_config_pb2.ModelConfig) -> None:
         del group.gpus[:]
 
 
-def serving_repository(model_repository: Path, view: Path, session_batching: bool = True) -> Path:
-    """Write into `view` the python-backend view of `model_repository`.
+def serving_repository(
+    model_repository: Path, view: Path, session_batching: bool = True, models: Collection[str] | None = None
+) -> Path:
+    """Write into `view` the python-backend view of `model_repository` (of its `models` only, if given).
 
     Files are linked, configs rewritten. Without `session_batching` the session models lose their
     dynamic batcher (see `LocalTritonServer`).
@@ -89,6 +93,8 @@ def serving_repository(model_repository: Path, view: Path, session_batching: boo
     for model_dir in sorted(Path(model_repository).resolve().iterdir()):
         config_file = model_dir / CONFIG_FILE
         if not config_file.is_file():
+            continue
+        if models is not None and (read_metadata(model_dir) or {}).get("model_id") not in models:
             continue
         config = text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
         runs_onnx = config.backend != "python"
@@ -137,8 +143,10 @@ class LocalTritonServer:
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
         session_batching: bool | None = None,
+        models: Collection[str] | None = None,
     ) -> None:
         self.model_repository = Path(model_repository)
+        self.models = models  # serve only these model ids (None: every exported model)
         self.host = host
         self.ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
         self.server_python = find_server_python(server_python)
@@ -183,7 +191,7 @@ class LocalTritonServer:
             raise TritonSamError(f"Model repository {self.model_repository} does not exist; export a model first.")
         self._check_ports_free()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-sam-serve-"))
-        view = serving_repository(self.model_repository, self._workdir / "models", self.session_batching)
+        view = serving_repository(self.model_repository, self._workdir / "models", self.session_batching, self.models)
         launcher = resources.files("triton_sam.server").joinpath("launch_tritonserver.py")
         command = [
             str(self.server_python),
