@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import InvalidInputError
-from .registry import LONGEST_SIDE, STRETCH, ModelSpec, longest_side_shape
+from .registry import STRETCH, ModelSpec
 
 ContrastLimits = tuple[float, float]
 # Above this many pixels a channel is resized from uint8 (Pillow rounds between its two passes,
@@ -109,20 +109,18 @@ def resize_uint8(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((width, height), Image.BILINEAR))
 
 
-def model_input(
-    image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None, resize: str = STRETCH
-) -> np.ndarray:
-    """What the encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), resized as the
-    model expects: `STRETCH` to size x size (SAM2), `LONGEST_SIDE` to a longest side of `size` (SAM1).
+def model_input(image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
+    """What a SAM2 encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), size x size.
 
     Grayscale is resized before it is repeated to RGB: a third of the work and memory.
     """
-    plane = to_uint8(image, contrast_limits)
-    if resize == LONGEST_SIDE:
-        return _as_rgb(resize_uint8(plane, *longest_side_shape(plane.shape[:2], size)))
-    return _as_rgb(resize_square(plane, size))
+    return _as_rgb(resize_square(to_uint8(image, contrast_limits), size))
 
 
 def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
-    """`model_input` sized and resized as `spec` wants."""
-    return model_input(image, spec.input_size, contrast_limits, spec.resize)
+    """What `spec`'s encoder gets: stretched to a square (SAM2, `model_input`), or resized to
+    `spec.input_hw` from uint8 as SAM1's `ResizeLongestSide` does (the encoder pads)."""
+    if spec.resize == STRETCH:
+        return model_input(image, spec.input_size, contrast_limits)
+    plane = to_uint8(image, contrast_limits)
+    return _as_rgb(resize_uint8(plane, *spec.input_hw(plane.shape[:2])))

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .registry import LONGEST_SIDE, ModelSpec
+from .registry import STRETCH, ModelSpec
 
 _ROWS_PER_TASK = 256
 _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="triton-sam-upsample")
@@ -67,7 +67,7 @@ def image_logits(low_res: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec
     """Decoder logits at the image's size, as the model's official predictor computes them:
     straight from low resolution (SAM2), or to the padded encoder input, cropped to the image's
     part of it and resized to the image (SAM1), in one pass."""
-    if spec.resize != LONGEST_SIDE:
+    if spec.resize == STRETCH:
         return upsample_logits(low_res, image_hw)
     taps = []
     for n_low, n_input, n_image in zip(low_res.shape[-2:], spec.input_hw(image_hw), image_hw):

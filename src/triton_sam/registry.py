@@ -39,7 +39,9 @@ class ModelSpec:
         """(H, W) of the encoder input made from an image of `image_hw`."""
         if self.resize == STRETCH:
             return self.input_size, self.input_size
-        return longest_side_shape(image_hw, self.input_size)
+        height, width = image_hw
+        scale = self.input_size / max(height, width)
+        return int(height * scale + 0.5), int(width * scale + 0.5)  # rounded as SAM1's ResizeLongestSide
 
     @property
     def encoder_name(self) -> str:
@@ -59,13 +61,6 @@ class ModelSpec:
     @property
     def checkpoint_filename(self) -> str:
         return self.url.rsplit("/", 1)[-1]
-
-
-def longest_side_shape(image_hw: tuple[int, int], size: int) -> tuple[int, int]:
-    """(H, W) with the longest side scaled to `size`, rounded as SAM1's `ResizeLongestSide`."""
-    height, width = image_hw
-    scale = size / max(height, width)
-    return int(height * scale + 0.5), int(width * scale + 0.5)
 
 
 _SAM2_FEATURES = {
