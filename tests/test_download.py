@@ -62,3 +62,13 @@ def test_corrupt_existing_file_is_replaced(server, tmp_path):
     target.write_bytes(b"truncated")
     download(f"{server}/weights.pt", hashlib.sha256(PAYLOAD).hexdigest(), target)
     assert target.read_bytes() == PAYLOAD
+
+
+def test_a_gated_checkpoint_says_how_to_get_it_and_downloads_nothing(tmp_path):
+    from triton_sam.download import download_checkpoint
+    from triton_sam.registry import get_model
+
+    spec = get_model("sam3_tracker")
+    with pytest.raises(DownloadError, match=r"gated.*licence.*triton-sam export --model sam3_tracker --checkpoint sam3.pt"):
+        download_checkpoint(spec, tmp_path)
+    assert list(tmp_path.iterdir()) == []

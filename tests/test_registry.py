@@ -6,10 +6,12 @@ from triton_sam.registry import MODELS, get_model
 
 def test_models_are_registered_with_checkpoints_and_hashes():
     assert {"sam2.1_hiera_tiny", "sam2.1_hiera_small", "sam2.1_hiera_base_plus", "sam2.1_hiera_large"} <= set(MODELS)
-    assert {"sam_vit_b", "sam_vit_l", "sam_vit_h", "mobile_sam"} <= set(MODELS)
+    assert {"sam_vit_b", "sam_vit_l", "sam_vit_h", "mobile_sam", "sam3_tracker"} <= set(MODELS)
+    gated = {"sam3_tracker"}  # no hash to check against: the user downloads it (test_download)
     for spec in MODELS.values():
         assert spec.url.startswith("https://") and spec.url.endswith(spec.checkpoint_filename)
-        assert len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0
+        assert (spec.sha256 is None) == (spec.model_id in gated)
+        assert spec.model_id in gated or (len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0)
         assert spec.encoder_name == f"{spec.model_id}_encoder" and spec.decoder_name == f"{spec.model_id}_decoder"
 
 
@@ -22,7 +24,11 @@ def test_config_names_exist_in_the_official_packages():
 
     builders = {"sam1": sam_model_registry, "mobile_sam": mobile_sam_registry}
     for spec in MODELS.values():
-        if spec.family == "sam2":
+        if spec.family == "sam3":
+            from sam3 import model_builder
+
+            assert callable(getattr(model_builder, spec.config, None)), spec.config
+        elif spec.family == "sam2":
             assert files(sam2).joinpath(spec.config).is_file(), spec.config
         else:
             assert spec.config in builders[spec.family], spec.config
@@ -31,7 +37,8 @@ def test_config_names_exist_in_the_official_packages():
 @pytest.mark.parametrize(
     "model_id, image_hw, input_hw",
     [("sam2.1_hiera_tiny", (300, 400), (1024, 1024)), ("sam_vit_b", (300, 400), (768, 1024)),
-     ("sam_vit_b", (1000, 10), (1024, 10)), ("mobile_sam", (5, 3), (1024, 614))],
+     ("sam_vit_b", (1000, 10), (1024, 10)), ("mobile_sam", (5, 3), (1024, 614)),
+     ("sam3_tracker", (300, 400), (1008, 1008))],
 )
 def test_input_size_follows_the_family(model_id, image_hw, input_hw):
     assert get_model(model_id).input_hw(image_hw) == input_hw

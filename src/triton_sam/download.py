@@ -84,5 +84,11 @@ def file_sha256(path: Path) -> str:
 
 def download_checkpoint(spec: ModelSpec, directory: Path | None = None, url: str | None = None, progress: Progress | None = None) -> Path:
     """Download the official checkpoint of `spec` (or the same file from a mirror `url`)."""
+    if spec.sha256 is None:
+        raise DownloadError(
+            f"{spec.model_id}'s checkpoint is gated: {spec.url} is served only to a logged-in user who "
+            f"accepted the model's licence. Download it in a browser, then run: "
+            f"triton-sam export --model {spec.model_id} --checkpoint {spec.checkpoint_filename}"
+        )
     directory = Path(directory) if directory is not None else default_checkpoint_dir()
     return download(url or spec.url, spec.sha256, directory / spec.checkpoint_filename, progress)

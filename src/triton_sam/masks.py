@@ -2,7 +2,8 @@
 
 Bilinear resizing is separable and linear, so each axis is a list of taps (source indices and
 weights per output position). Two resizings in a row (SAM1: to the padded input, crop, to the
-image) compose into one set of taps per axis, applied once at the image's size.
+image) compose into one set of taps per axis, applied once at the image's size. SAM3's predictor
+also fills small holes at low resolution first.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from skimage.measure import label
 
 from .registry import STRETCH, ModelSpec
 
@@ -63,10 +65,25 @@ def upsample_logits(logits: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return resample(logits, bilinear_taps(logits.shape[-2], size[0]), bilinear_taps(logits.shape[-1], size[1]))
 
 
-def image_logits(low_res: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec) -> np.ndarray:
+def fill_holes(low_res: np.ndarray, max_area: int, threshold: float = 0.0) -> np.ndarray:
+    """`low_res` with each background region (logits <= `threshold`, 8-connected) of at most
+    `max_area` pixels raised to `threshold` + 10, as SAM2/SAM3's `postprocess_masks` does."""
+    filled = np.array(low_res, dtype=np.float32, copy=True)
+    for mask in filled.reshape(-1, *filled.shape[-2:]):
+        regions = label(mask <= threshold, connectivity=2)
+        small = np.bincount(regions.ravel()) <= max_area
+        small[0] = False  # label 0 is the foreground
+        mask[small[regions]] = threshold + 10.0
+    return filled
+
+
+def image_logits(low_res: np.ndarray, image_hw: tuple[int, int], spec: ModelSpec, threshold: float = 0.0) -> np.ndarray:
     """Decoder logits at the image's size, as the model's official predictor computes them:
-    straight from low resolution (SAM2), or to the padded encoder input, cropped to the image's
-    part of it and resized to the image (SAM1), in one pass."""
+    straight from low resolution (SAM2, SAM3 after filling holes), or to the padded encoder input,
+    cropped to the image's part of it and resized to the image (SAM1), in one pass. `threshold`
+    is the mask threshold, which tells holes from the mask."""
+    if spec.fill_hole_area:
+        low_res = fill_holes(low_res, spec.fill_hole_area, threshold)
     if spec.resize == STRETCH:
         return upsample_logits(low_res, image_hw)
     taps = []

@@ -82,7 +82,7 @@ class Predictor:
             normalize_coords=normalize_coords,
         )
         result = self.engine.decode(self._features, request, multimask_output, cancel)
-        logits = image_logits(result.low_res_logits, self._orig_hw, self.spec)
+        logits = image_logits(result.low_res_logits, self._orig_hw, self.spec, self.mask_threshold)
         masks = logits if return_logits else logits > self.mask_threshold
         low_res = np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
         if request.batch_size == 1:

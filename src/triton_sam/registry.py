@@ -25,15 +25,16 @@ class ModelSpec:
     """One downloadable, exportable model."""
 
     model_id: str
-    family: str  # "sam2", "sam1" or "mobile_sam": which official code builds it
+    family: str  # "sam2", "sam1", "mobile_sam" or "sam3": which official code builds it
     url: str
-    sha256: str
-    config: str  # the official builder's name for it: a SAM2 config file, or a SAM1 registry key
+    sha256: str | None  # None: a gated download the user makes (see download.download_checkpoint)
+    config: str  # the official builder's name for it: a SAM2 config file, a SAM1 registry key, a sam3 builder
     input_size: int
     feature_shapes: dict[str, tuple[int, ...]]
     low_res_size: int = 256
     resize: str = STRETCH
     prompt_format: str = SAM2_PROMPTS
+    fill_hole_area: int = 0  # holes of at most this many low-res pixels are filled, as the official predictor does
 
     def input_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of the encoder input made from an image of `image_hw`."""
@@ -100,6 +101,19 @@ def _sam1(model_id: str, family: str, builder: str, url: str, sha256: str) -> Mo
 
 _SAM1_URL = "https://dl.fbaipublicfiles.com/segment_anything/{}"
 
+# SAM3's interactive tracker: SAM2's decoder on SAM3's ViT at 1008 px; its predictor fills holes.
+_SAM3_TRACKER = ModelSpec(
+    model_id="sam3_tracker",
+    family="sam3",
+    url="https://huggingface.co/facebook/sam3/resolve/main/sam3.pt",
+    sha256=None,  # gated: Hugging Face serves it only after the user accepts its licence
+    config="build_tracker",
+    input_size=1008,
+    feature_shapes={"image_embed": (256, 72, 72), "high_res_feats_0": (32, 288, 288), "high_res_feats_1": (64, 144, 144)},
+    low_res_size=288,
+    fill_hole_area=256,
+)
+
 MODELS: dict[str, ModelSpec] = {
     spec.model_id: spec
     for spec in (
@@ -116,6 +130,7 @@ MODELS: dict[str, ModelSpec] = {
         _sam1("mobile_sam", "mobile_sam", "vit_t",
               "https://github.com/ChaoningZhang/MobileSAM/raw/master/weights/mobile_sam.pt",
               "6dbb90523a35330fedd7f1d3dfc66f995213d81b29a5ca8108dbcdd4e37d6c2f"),
+        _SAM3_TRACKER,
     )
 }
 

@@ -302,7 +302,7 @@ class InteractiveSession:
         return self.decoder.prompt(run, t_event)
 
     def _candidate_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
-        mask = image_logits(obj.low_res[obj.chosen][None], plane.size, self.spec)[0] > self.mask_threshold
+        mask = self._image_masks(obj.low_res[obj.chosen][None], plane)[0]
         return Preview(plane.key, mask, float(obj.scores[obj.chosen]), candidate=obj.chosen)
 
     def _decode_low_res(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
@@ -312,7 +312,11 @@ class InteractiveSession:
 
     def _decode(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
         low_res, scores = self._decode_low_res(plane, kwargs, multimask, token)
-        return image_logits(low_res, plane.size, self.spec) > self.mask_threshold, scores
+        return self._image_masks(low_res, plane), scores
+
+    def _image_masks(self, low_res: np.ndarray, plane: _Plane) -> np.ndarray:
+        """Binary masks at the plane's size from low-res logits [..., h, w]."""
+        return image_logits(low_res, plane.size, self.spec, self.mask_threshold) > self.mask_threshold
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value

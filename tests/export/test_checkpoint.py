@@ -105,3 +105,29 @@ def test_sam1_family_checkpoints_are_plain_state_dicts(tmp_path):
     torch.save({"model": expected}, tmp_path / "wrapped.pt")  # SAM2's layout
     with pytest.raises(CheckpointError, match="does not match mobile_sam.*unexpected: model"):
         load_checkpoint(model, spec, tmp_path / "wrapped.pt")
+
+
+def test_sam3_checkpoint_layout_gives_every_tracker_weight():
+    """`sam3.pt` is the official video model's state dict: `tracker.*` (built without a backbone)
+    and the detector's `backbone.vision_backbone.*` (the ViT the tracker shares) among text-encoder
+    and detector weights. Built as `build_sam3_video_model` composes them."""
+    require_export_extra()
+    import torch
+
+    pytest.importorskip("sam3")
+    from sam3.model_builder import _create_vision_backbone, build_tracker
+
+    from triton_sam.export.checkpoint import sam3_tracker_weights
+    from triton_sam.export.sam3_onnx import cpu_safe_build
+
+    with cpu_safe_build():
+        tracker = build_tracker(apply_temporal_disambiguation=True)
+        vision = _create_vision_backbone()
+        ours = build_tracker(apply_temporal_disambiguation=False, with_backbone=True)
+    official = {f"tracker.{k}": v for k, v in tracker.state_dict().items()}
+    official.update({f"detector.backbone.vision_backbone.{k}": v for k, v in vision.state_dict().items()})
+    official["detector.backbone.language_backbone.token_embedding.weight"] = torch.zeros(2, 2)
+    mapped = sam3_tracker_weights({"model": official})
+    expected = ours.state_dict()
+    assert set(mapped) == set(expected)
+    assert all(mapped[k].shape == v.shape for k, v in expected.items())

@@ -1,10 +1,12 @@
 """Our export + local engine + Predictor against each family's official predictor, same weights:
-`SAM2ImagePredictor` (SAM2.1), `segment_anything.SamPredictor` (SAM1) and `mobile_sam.SamPredictor`.
+`SAM2ImagePredictor` (SAM2.1), `segment_anything.SamPredictor` (SAM1), `mobile_sam.SamPredictor`
+and `SAM3InteractiveImagePredictor` (SAM3's tracker).
 
 Random weights stand in for the checkpoints that cannot be downloaded here: identical weights in
 must give identical masks out. Every binary mask must reach IoU >= 0.99 and every score must be
 within 1e-3 of the reference. SAM1 vit_l and vit_h share vit_b's code path (only the sizes
-differ) and are left out here for time: a vit_h encode takes minutes on these machines.
+differ) and are left out here for time: a vit_h encode takes minutes on these machines. For the
+same reason SAM3 (a 450M-parameter ViT at 1008 px, ~40 s an encode here) sees one image.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from triton_sam.registry import get_model
 pytestmark = pytest.mark.parity
 MIN_IOU = 0.99
 SCORE_TOL = 1e-3
-MODELS = ["sam2.1_hiera_tiny", "sam_vit_b", "mobile_sam"]
+MODELS = ["sam2.1_hiera_tiny", "sam_vit_b", "mobile_sam", "sam3_tracker"]
+ONE_IMAGE = {"sam3_tracker": "rgb_777x1311"}
 
 
 def _images() -> dict[str, np.ndarray]:
@@ -77,7 +80,7 @@ def _reference(model_id: str):
     from triton_sam.bench.predictor import official_predictor
 
     reference = official_predictor(model_id, PARITY_SEED)
-    return reference if get_model(model_id).family == "sam2" else _Sam1Reference(reference)
+    return reference if get_model(model_id).family in ("sam2", "sam3") else _Sam1Reference(reference)
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -93,6 +96,8 @@ def predictors(request, exported_repository):
 @pytest.fixture(scope="module", params=list(_images()))
 def image_pair(request, predictors):
     reference, ours = predictors
+    if ONE_IMAGE.get(ours.spec.model_id, request.param) != request.param:
+        pytest.skip(f"{ours.spec.model_id} is compared on {ONE_IMAGE[ours.spec.model_id]} only (time)")
     image = _images()[request.param]
     ours.set_image(image)
     # The reference gets exactly the RGB uint8 image our conversion produces.
@@ -148,7 +153,9 @@ def test_masks_are_not_trivial(image_pair):
     assert 0 < a.mean() < 1 and (a != b).any()
 
 
-@pytest.mark.parametrize("model_id", MODELS)
+# SAM3 left out for time (three 1008-px encodes, ~3 min here); checked by hand: a batch of 2 gave
+# exactly the features of each image alone.
+@pytest.mark.parametrize("model_id", [m for m in MODELS if m not in ONE_IMAGE])
 def test_exported_encoder_batches_like_triton_dynamic_batching_needs(model_id, exported_repository):
     import onnxruntime as ort
 

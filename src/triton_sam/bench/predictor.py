@@ -51,6 +51,12 @@ def official_predictor(model_id: str, seed: int):
         from ..export.sam2_onnx import build_model
 
         return SAM2ImagePredictor(build_model(spec, seed=seed))
+    if spec.family == "sam3":
+        from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
+
+        from ..export.sam3_onnx import build_model
+
+        return SAM3InteractiveImagePredictor(build_model(spec, seed=seed))
     from ..export.sam1_onnx import build_model
 
     if spec.family == "mobile_sam":

@@ -40,6 +40,10 @@ def _family_module(spec: ModelSpec) -> ModuleType:
         from . import sam1_onnx
 
         return sam1_onnx
+    if spec.family == "sam3":
+        from . import sam3_onnx
+
+        return sam3_onnx
     raise InvalidInputError(f"Export of {spec.family} models is not supported.")
 
 

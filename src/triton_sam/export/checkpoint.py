@@ -13,7 +13,8 @@ from ..registry import ModelSpec
 
 
 def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None:
-    """Load an official checkpoint (SAM2: `{"model": state_dict}`; SAM1, MobileSAM: the state dict)
+    """Load an official checkpoint (SAM2: `{"model": state_dict}`; SAM1, MobileSAM: the state dict;
+    SAM3: the video model's state dict, of which the tracker and its backbone are taken)
     with `weights_only=True` (no pickled code runs), refusing one made for another model."""
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -23,6 +24,8 @@ def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None
     if not isinstance(weights, dict):
         layout = "a dict with a 'model' state dict" if spec.family == "sam2" else "a state dict"
         raise CheckpointError(f"{checkpoint} is not an official {spec.family} checkpoint (expected {layout}).")
+    if spec.family == "sam3":
+        weights = sam3_tracker_weights(weights)
     own = model.state_dict()
     problems = {
         "missing": [k for k in own if k not in weights],
@@ -35,6 +38,19 @@ def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None
         )
         raise CheckpointError(f"Checkpoint {checkpoint} does not match {spec.model_id} ({details}). Is it another model size?")
     model.load_state_dict(weights, strict=True)
+
+
+def sam3_tracker_weights(state: dict) -> dict:
+    """The tracker-with-backbone weights in an official `sam3.pt` (the video model's state dict,
+    possibly under "model"): `tracker.*` as they are, the shared ViT from `detector.backbone.vision_backbone.*`."""
+    state = state["model"] if isinstance(state.get("model"), dict) else state
+    prefixes = {"tracker.": "", "detector.backbone.vision_backbone.": "backbone.vision_backbone."}
+    return {
+        new + key[len(old) :]: value
+        for key, value in state.items()
+        for old, new in prefixes.items()
+        if key.startswith(old)
+    }
 
 
 def with_weights(build: Callable[[], nn.Module], spec: ModelSpec, checkpoint: Path | None, seed: int | None) -> nn.Module:

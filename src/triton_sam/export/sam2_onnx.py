@@ -33,21 +33,35 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
 
 
 class Encoder(nn.Module):
-    """uint8 HWC image batch -> image_embed, high_res_feats_0, high_res_feats_1."""
+    """uint8 HWC image batch -> image_embed, high_res_feats_0, high_res_feats_1.
 
-    def __init__(self, model: nn.Module) -> None:
+    Also serves SAM3's tracker, which differs only in its mean/std and in always adding
+    `no_mem_embed` (SAM2 adds it when `directly_add_no_mem_embed`).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        spec: ModelSpec,
+        mean: tuple[float, ...] = _MEAN,
+        std: tuple[float, ...] = _STD,
+        add_no_mem_embed: bool | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
-        self.register_buffer("mean", torch.tensor(_MEAN).view(1, 3, 1, 1))
-        self.register_buffer("std", torch.tensor(_STD).view(1, 3, 1, 1))
-        self.feature_sizes = [(256, 256), (128, 128), (64, 64)]
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1))
+        shapes = spec.feature_shapes
+        # The backbone's levels, finest first: high_res_feats_0, high_res_feats_1, image_embed.
+        self.feature_sizes = [shapes[name][1:] for name in ("high_res_feats_0", "high_res_feats_1", "image_embed")]
+        self.add_no_mem_embed = model.directly_add_no_mem_embed if add_no_mem_embed is None else add_no_mem_embed
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x = image.permute(0, 3, 1, 2).float() / 255.0
         x = (x - self.mean) / self.std
         backbone_out = self.model.forward_image(x)
         _, vision_feats, _, _ = self.model._prepare_backbone_features(backbone_out)
-        if self.model.directly_add_no_mem_embed:
+        if self.add_no_mem_embed:
             vision_feats[-1] = vision_feats[-1] + self.model.no_mem_embed
         batch = image.shape[0]
         feats = [
@@ -111,13 +125,18 @@ def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[N
         del trunk._get_pos_embed
 
 
-def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+def export_image_encoder(encoder: Encoder, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+    """Export an `Encoder` for `spec`'s square input, batch dynamic."""
     size = spec.input_size
     image = torch.zeros(1, size, size, 3, dtype=torch.uint8)
     names = list(spec.feature_shapes)
     dynamic = {name: {0: "batch"} for name in [contract.ENCODER_INPUT, *names]}
-    with constant_position_embedding(model.image_encoder.trunk, size):
-        export_onnx(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)
+    export_onnx(encoder.eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)
+
+
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+    with constant_position_embedding(model.image_encoder.trunk, spec.input_size):
+        export_image_encoder(Encoder(model, spec), spec, path, external_data)
 
 
 def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:

@@ -1,0 +1,92 @@
+"""Export SAM3's tracker (its interactive point/box model) so that our pipeline reproduces
+`SAM3InteractiveImagePredictor` exactly.
+
+The tracker is SAM2's prompt encoder and mask decoder (the same code, line for line) on SAM3's
+ViT backbone at 1008 x 1008 with three feature levels, so SAM2's export wrappers serve it: the
+encoder with SAM3's mean/std (0.5) and `no_mem_embed` always added, the decoder unchanged.
+Needs the `export` extra (torch, sam3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from ..registry import ModelSpec
+from . import sam2_onnx
+from .checkpoint import with_weights
+
+_MEAN = _STD = (0.5, 0.5, 0.5)
+
+
+class _CudaFactoriesOnCpu(TorchFunctionMode):
+    """Turn `device="cuda"` arguments into "cpu" (see `cpu_safe_build`)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if str(kwargs.get("device", "")).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def cpu_safe_build() -> Iterator[None]:
+    """Build sam3 models on a machine without CUDA.
+
+    sam3 0.1.4 precomputes position encodings with a hard-coded `device="cuda"`
+    (facebookresearch/sam3#587), which fails without a GPU; those tensors go to the CPU instead.
+    """
+    if torch.cuda.is_available():
+        yield
+        return
+    with _CudaFactoriesOnCpu():
+        yield
+
+
+def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | None = None) -> nn.Module:
+    """The official SAM3 tracker with its backbone: random weights (seeded) or a `sam3.pt`'s."""
+    from sam3 import model_builder
+
+    def build() -> nn.Module:
+        with cpu_safe_build():
+            build_tracker = getattr(model_builder, spec.config)
+            return build_tracker(apply_temporal_disambiguation=False, with_backbone=True).eval()
+
+    return with_weights(build, spec, checkpoint, seed)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the (even, odd) channel pairs of `x` [..., L, C] by angles given as cos/sin [L, C/2]:
+    the complex product of sam3's `apply_rotary_enc`, in real arithmetic."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2).type_as(x)
+
+
+@contextmanager
+def real_valued_rope(trunk: nn.Module) -> Iterator[None]:
+    """Let the ViT's 2D RoPE export: ONNX has no complex tensors (`view_as_complex`), so each
+    attention layer rotates queries and keys with the real and imaginary parts of its `freqs_cis`."""
+    layers = [m for m in trunk.modules() if getattr(m, "freqs_cis", None) is not None]
+    for layer in layers:
+        cos, sin = layer.freqs_cis.real.contiguous(), layer.freqs_cis.imag.contiguous()
+        layer._apply_rope = lambda q, k, cos=cos, sin=sin: (_rotate(q, cos, sin), _rotate(k, cos, sin))
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._apply_rope
+
+
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+    encoder = sam2_onnx.Encoder(model, spec, mean=_MEAN, std=_STD, add_no_mem_embed=True)
+    with real_valued_rope(model.backbone.vision_backbone.trunk):
+        sam2_onnx.export_image_encoder(encoder, spec, path, external_data)
+
+
+export_decoder = sam2_onnx.export_decoder
