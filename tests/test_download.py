@@ -69,6 +69,6 @@ def test_a_gated_checkpoint_says_how_to_get_it_and_downloads_nothing(tmp_path):
     from triton_sam.registry import get_model
 
     spec = get_model("sam3_tracker")
-    with pytest.raises(DownloadError, match=r"gated.*licence.*triton-sam export --model sam3_tracker --checkpoint sam3.pt"):
+    with pytest.raises(DownloadError, match=r"gated.*licence.*triton-sam export sam3_tracker --checkpoint sam3.pt"):
         download_checkpoint(spec, tmp_path)
     assert list(tmp_path.iterdir()) == []

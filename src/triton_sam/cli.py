@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="export a model to ONNX into a Triton model repository")
     _add_model(export)
     weights = export.add_mutually_exclusive_group(required=True)
-    weights.add_argument("--checkpoint", type=Path, help="official-format checkpoint ({'model': state_dict})")
+    weights.add_argument("--checkpoint", type=Path, help="an official checkpoint file as its authors publish it")
     weights.add_argument("--random-init", action="store_true", help="random weights (tests and benchmarks only)")
     export.add_argument("--seed", type=int, default=0, help="seed for --random-init")
     _add_export_options(export)

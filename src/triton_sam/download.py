@@ -88,7 +88,7 @@ def download_checkpoint(spec: ModelSpec, directory: Path | None = None, url: str
         raise DownloadError(
             f"{spec.model_id}'s checkpoint is gated: {spec.url} is served only to a logged-in user who "
             f"accepted the model's licence. Download it in a browser, then run: "
-            f"triton-sam export --model {spec.model_id} --checkpoint {spec.checkpoint_filename}"
+            f"triton-sam export {spec.model_id} --checkpoint {spec.checkpoint_filename}"
         )
     directory = Path(directory) if directory is not None else default_checkpoint_dir()
     return download(url or spec.url, spec.sha256, directory / spec.checkpoint_filename, progress)
