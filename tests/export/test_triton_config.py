@@ -33,6 +33,15 @@ def test_encoder_config(model_id, tensorrt):
     if tensorrt:
         assert accelerators[0].parameters["precision_mode"] == "FP16"
         assert accelerators[0].parameters["trt_engine_cache_enable"] == "1"
+        profile = {k: v for k, v in accelerators[0].parameters.items() if k.startswith("trt_profile_")}
+        if spec.resize == STRETCH:
+            assert profile == {}
+        else:  # one profile for every aspect ratio and batch size the config allows
+            assert profile == {
+                "trt_profile_min_shapes": "image:1x1x1x3",
+                "trt_profile_opt_shapes": f"image:1x{spec.input_size}x{spec.input_size}x3",
+                "trt_profile_max_shapes": f"image:{config.max_batch_size}x{spec.input_size}x{spec.input_size}x3",
+            }
     assert config.parameters["triton_sam_contract_version"].string_value == str(contract.CONTRACT_VERSION)
 
 

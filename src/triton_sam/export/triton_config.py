@@ -14,18 +14,31 @@ from ..registry import STRETCH, ModelSpec
 ENCODER_MAX_BATCH = 4
 DECODER_MAX_BATCH = 16
 
-_TRT_BLOCK = """optimization {
-  execution_accelerators {
-    gpu_execution_accelerator: [ {
-      name: "tensorrt"
-      parameters { key: "precision_mode" value: "FP16" }
-      parameters { key: "max_workspace_size_bytes" value: "4294967296" }
-      parameters { key: "trt_engine_cache_enable" value: "1" }
-      parameters { key: "trt_engine_cache_path" value: "/tmp/triton_sam_trt_cache" }
-    } ]
-  }
-}
-"""
+
+def _trt_block(profile: dict[str, str] | None = None) -> str:
+    """The TensorRT FP16 accelerator; `profile` gives the min/opt/max shapes of dynamic inputs
+    (ONNX Runtime's `trt_profile_*_shapes`, which Triton passes on since 24.04)."""
+    parameters = {
+        "precision_mode": "FP16",
+        "max_workspace_size_bytes": "4294967296",
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "/tmp/triton_sam_trt_cache",
+        **{f"trt_profile_{k}_shapes": v for k, v in (profile or {}).items()},
+    }
+    lines = "".join(f'      parameters {{ key: "{k}" value: "{v}" }}\n' for k, v in parameters.items())
+    return (
+        "optimization {\n  execution_accelerators {\n    gpu_execution_accelerator: [ {\n"
+        f'      name: "tensorrt"\n{lines}    }} ]\n  }}\n}}\n'
+    )
+
+
+def _encoder_profile(spec: ModelSpec) -> dict[str, str] | None:
+    """SAM1's encoder input varies in H and W (longest side `input_size`): one TensorRT profile
+    covers every aspect ratio and batch size instead of an engine built per shape."""
+    if spec.resize == STRETCH:
+        return None
+    side, name = spec.input_size, contract.ENCODER_INPUT
+    return {"min": f"{name}:1x1x1x3", "opt": f"{name}:1x{side}x{side}x3", "max": f"{name}:{ENCODER_MAX_BATCH}x{side}x{side}x3"}
 
 
 def _tensor(name: str, data_type: str, dims: tuple[int, ...], optional: bool = False) -> str:
@@ -63,9 +76,9 @@ def _header(name: str, max_batch: int) -> str:
     return f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch}\n'
 
 
-def _footer(spec: ModelSpec, component: str, tensorrt: bool) -> str:
+def _footer(spec: ModelSpec, component: str, tensorrt: bool, trt_profile: dict[str, str] | None = None) -> str:
     text = 'instance_group [ { count: 1 kind: KIND_GPU } ]\n' + _parameters(spec, component)
-    return text + (_TRT_BLOCK if tensorrt else "")
+    return text + (_trt_block(trt_profile) if tensorrt else "")
 
 
 def _image_dims(spec: ModelSpec) -> tuple[int, int, int]:
@@ -84,7 +97,7 @@ def encoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
         + f"output {_tensors(outputs)}\n"
         + "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
         + _warmup("zero_image", [(*image[:2], (spec.input_size, spec.input_size, 3))])
-        + _footer(spec, "encoder", tensorrt)
+        + _footer(spec, "encoder", tensorrt, _encoder_profile(spec))
     )
 
 
