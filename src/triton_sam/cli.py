@@ -175,6 +175,7 @@ def _cmd_serve(args) -> None:
         try:
             code = server.wait()
         except KeyboardInterrupt:
+            print("Stopping Triton ...", flush=True)
             return
     if code:
         raise TritonSamError(f"Triton exited with code {code}.")

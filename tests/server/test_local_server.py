@@ -126,7 +126,12 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_reposi
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
             assert masks[1][100, 100] and not masks[1][10, 10]
         process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0
+        try:
+            code = process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            pytest.fail(f"serve still running 60 s after Ctrl-C; its output after Ready: {process.stdout.read()[-3000:]!r}")
+        assert code == 0 and process.stdout.read().startswith("Stopping Triton")
     finally:
         if process.poll() is None:
             process.kill()
