@@ -57,11 +57,21 @@ def test_resize_square_matches_torchvision_antialiased_resize():
     from torchvision.transforms import Resize
 
     image = np.random.default_rng(1).integers(0, 256, (300, 2100, 3), dtype=np.uint8)
-    ours = resize_square(image, 1024).astype(np.float32)
     tensor = torch.from_numpy(image).permute(2, 0, 1).float()
     reference = Resize((1024, 1024), antialias=True)(tensor).permute(1, 2, 0).numpy()
-    assert ours.shape == (1024, 1024, 3)
-    assert np.abs(ours - reference).max() <= 0.51 + 1e-3  # rounding to uint8 only
+    ours = resize_square(image, 1024)
+    assert ours.shape == (1024, 1024, 3) and ours.dtype == np.uint8
+    assert np.abs(ours - reference).max() <= 0.5 + 1e-3  # rounding to whole grey levels only
+    fine = resize_square(image, 1024, steps=128)  # SAM3's input: 1/128 grey levels
+    assert fine.dtype == np.int16 and fine.max() <= 255 * 128
+    assert np.abs(fine / 128 - reference).max() <= 0.5 / 128 + 1e-3
+
+
+def test_fine_steps_of_an_image_already_at_size_are_exact():
+    image = np.random.default_rng(4).integers(0, 256, (64, 64), dtype=np.uint8)
+    assert resize_square(image, 64) is image
+    assert np.array_equal(resize_square(image, 64, steps=128), image.astype(np.int16) * 128)
+    assert np.array_equal(model_input(image, 64, steps=128)[..., 2], image.astype(np.int16) * 128)
 
 
 def test_scaling_in_blocks_of_rows_equals_scaling_at_once(monkeypatch):

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 CONTRACT_VERSION = 1
 
-# Encoder: one resized RGB image, uint8 HWC (3 MiB per 1024x1024 image, 4x less than float32).
+# Encoder: one resized RGB image, HWC: uint8 (3 MiB per 1024x1024 image, 4x less than float32),
+# or int16 in 1/`ModelSpec.input_steps` grey levels where the official predictor keeps the resized
+# image's fractions and whole grey levels would move its masks (SAM3).
 ENCODER_INPUT = "image"
 
 # Decoder inputs besides the feature maps named in `ModelSpec.feature_shapes`.

@@ -1,6 +1,6 @@
 """Image embeddings cached by a content signature, so that an image plane is encoded once.
 
-The key is a hash of the model input (the resized uint8 image) and the model id: the same plane
+The key is a hash of the model input (the resized image) and the model id: the same plane
 shown with the same contrast hits the cache whatever layer or file it came from. Optionally the
 features are also kept on disk (one `.npz` per image, under the weights' id), so that reopening a
 dataset is instant; features a server keeps are not written.

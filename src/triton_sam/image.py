@@ -84,17 +84,19 @@ def _resize_channel(channel: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(channel.astype(np.float32)).resize((size, size), Image.BILINEAR))
 
 
-def resize_square(image: np.ndarray, size: int) -> np.ndarray:
+def resize_square(image: np.ndarray, size: int, steps: int = 1) -> np.ndarray:
     """Resize an HxW or HxWxC uint8 image to size x size, ignoring the aspect ratio (SAM2's transform).
 
     Each channel is resized in float with Pillow's antialiased bilinear filter, which is the
-    filter torchvision's `Resize(antialias=True)` reproduces, and rounded once at the end.
+    filter torchvision's `Resize(antialias=True)` reproduces, and rounded once at the end: to
+    whole grey levels (uint8), or with `steps` > 1 to 1/`steps` of one (int16).
     """
+    dtype = np.uint8 if steps == 1 else np.int16
     if image.shape[:2] == (size, size):
-        return image
+        return image if steps == 1 else image.astype(dtype) * dtype(steps)
     channels = [image] if image.ndim == 2 else [image[..., c] for c in range(image.shape[2])]
     resized = np.stack([_resize_channel(c, size) for c in channels], axis=-1)
-    out = np.clip(np.rint(resized), 0, 255).astype(np.uint8)
+    out = np.clip(np.rint(resized * np.float32(steps)), 0, 255 * steps).astype(dtype)
     return out[..., 0] if image.ndim == 2 else out
 
 
@@ -109,18 +111,21 @@ def resize_uint8(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((width, height), Image.BILINEAR))
 
 
-def model_input(image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
-    """What a SAM2 encoder gets for a user's image: RGB uint8 (see `to_rgb_uint8`), size x size.
+def model_input(
+    image: np.ndarray, size: int, contrast_limits: ContrastLimits | None = None, steps: int = 1
+) -> np.ndarray:
+    """What a SAM2 encoder gets for a user's image: RGB (see `to_rgb_uint8`), size x size, in
+    whole grey levels or 1/`steps` of one (`resize_square`).
 
     Grayscale is resized before it is repeated to RGB: a third of the work and memory.
     """
-    return _as_rgb(resize_square(to_uint8(image, contrast_limits), size))
+    return _as_rgb(resize_square(to_uint8(image, contrast_limits), size, steps))
 
 
 def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
     """What `spec`'s encoder gets: stretched to a square (SAM2, `model_input`), or resized to
     `spec.input_hw` from uint8 as SAM1's `ResizeLongestSide` does (the encoder pads)."""
     if spec.resize == STRETCH:
-        return model_input(image, spec.input_size, contrast_limits)
+        return model_input(image, spec.input_size, contrast_limits, spec.input_steps)
     plane = to_uint8(image, contrast_limits)
     return _as_rgb(resize_uint8(plane, *spec.input_hw(plane.shape[:2])))

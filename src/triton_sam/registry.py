@@ -35,6 +35,7 @@ class ModelSpec:
     resize: str = STRETCH
     prompt_format: str = SAM2_PROMPTS
     fill_hole_area: int = 0  # holes of at most this many low-res pixels are filled, as the official predictor does
+    input_steps: int = 1  # encoder input values per grey level: 1 (uint8) or 128 (int16, see contract.ENCODER_INPUT)
 
     def input_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of the encoder input made from an image of `image_hw`."""
@@ -43,6 +44,11 @@ class ModelSpec:
         height, width = image_hw
         scale = self.input_size / max(height, width)
         return int(height * scale + 0.5), int(width * scale + 0.5)  # rounded as SAM1's ResizeLongestSide
+
+    @property
+    def input_dtype(self) -> str:
+        """numpy / torch name of the encoder input's dtype."""
+        return "uint8" if self.input_steps == 1 else "int16"
 
     @property
     def encoder_name(self) -> str:
@@ -112,6 +118,7 @@ _SAM3_TRACKER = ModelSpec(
     feature_shapes={"image_embed": (256, 72, 72), "high_res_feats_0": (32, 288, 288), "high_res_feats_1": (64, 144, 144)},
     low_res_size=288,
     fill_hole_area=256,
+    input_steps=128,  # its 32-block ViT turns whole-grey-level rounding into mask IoU 0.987
 )
 
 MODELS: dict[str, ModelSpec] = {

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.parity
 MIN_IOU = 0.99
 SCORE_TOL = 1e-3
 MODELS = ["sam2.1_hiera_tiny", "sam_vit_b", "mobile_sam", "sam3_tracker"]
-ONE_IMAGE = {"sam3_tracker": "rgb_777x1311"}
+# The small grayscale image, upscaled 3x to 1008 px, is where SAM3 is most sensitive to its input
+# (whole-grey-level rounding gave IoU 0.987 there; see registry's input_steps).
+ONE_IMAGE = {"sam3_tracker": "gray_coins"}
 
 
 def _images() -> dict[str, np.ndarray]:

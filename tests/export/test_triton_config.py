@@ -22,7 +22,8 @@ def test_encoder_config(model_id, tensorrt):
     assert config.name == spec.encoder_name and config.platform == "onnxruntime_onnx"
     assert config.max_batch_size > 0 and config.HasField("dynamic_batching")
     (image,) = config.input
-    assert image.name == contract.ENCODER_INPUT and image.data_type == model_config_pb2.TYPE_UINT8
+    expected_type = model_config_pb2.TYPE_UINT8 if spec.input_steps == 1 else model_config_pb2.TYPE_INT16  # SAM3
+    assert image.name == contract.ENCODER_INPUT and image.data_type == expected_type
     side = spec.input_size if spec.resize == STRETCH else -1  # SAM1: longest side 1024, any aspect
     assert list(image.dims) == [side, side, 3]
     assert {o.name: tuple(o.dims) for o in config.output} == spec.feature_shapes

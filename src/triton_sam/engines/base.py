@@ -21,7 +21,7 @@ class ImageFeatures:
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [1, C, H, W]
     handle: str | None = None
-    model_input: np.ndarray | None = None  # uint8 [h, w, 3] (see `ModelSpec.input_hw`), kept only with a handle
+    model_input: np.ndarray | None = None  # [h, w, 3] (`ModelSpec.input_hw`, `.input_dtype`), kept only with a handle
 
     @property
     def nbytes(self) -> int:
@@ -87,7 +87,7 @@ class Engine(ABC):
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:
-        """Encode one preprocessed image (uint8 h x w x 3, sized by `ModelSpec.input_hw`)."""
+        """Encode one preprocessed image (h x w x 3 as `image.encoder_input` makes it)."""
 
     @abstractmethod
     def decode(

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from .. import contract
 from ..errors import DecodeCancelled, InvalidInputError, ServerBusyError, ServerModelError, ServerUnavailableError
@@ -180,7 +180,7 @@ class TritonEngine(Engine):
         return ImageFeatures(handle=self._encode(image), model_input=image)
 
     def _encode(self, image: np.ndarray) -> str:
-        tensor = grpcclient.InferInput(contract.ENCODER_INPUT, [1, *image.shape], "UINT8")
+        tensor = grpcclient.InferInput(contract.ENCODER_INPUT, [1, *image.shape], np_to_triton_dtype(image.dtype))
         tensor.set_data_from_numpy(np.ascontiguousarray(image[None]))
         try:
             result = self.client.grpc.infer(

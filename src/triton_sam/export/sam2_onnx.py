@@ -33,7 +33,8 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
 
 
 class Encoder(nn.Module):
-    """uint8 HWC image batch -> image_embed, high_res_feats_0, high_res_feats_1.
+    """HWC image batch (uint8, or int16 in 1/`spec.input_steps` grey levels) -> image_embed,
+    high_res_feats_0, high_res_feats_1.
 
     Also serves SAM3's tracker, which differs only in its mean/std and in always adding
     `no_mem_embed` (SAM2 adds it when `directly_add_no_mem_embed`).
@@ -49,6 +50,7 @@ class Encoder(nn.Module):
     ) -> None:
         super().__init__()
         self.model = model
+        self.scale = 255.0 * spec.input_steps
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1))
         shapes = spec.feature_shapes
@@ -57,7 +59,7 @@ class Encoder(nn.Module):
         self.add_no_mem_embed = model.directly_add_no_mem_embed if add_no_mem_embed is None else add_no_mem_embed
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        x = image.permute(0, 3, 1, 2).float() / 255.0
+        x = image.permute(0, 3, 1, 2).float() / self.scale
         x = (x - self.mean) / self.std
         backbone_out = self.model.forward_image(x)
         _, vision_feats, _, _ = self.model._prepare_backbone_features(backbone_out)
@@ -128,7 +130,7 @@ def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[N
 def export_image_encoder(encoder: Encoder, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
     """Export an `Encoder` for `spec`'s square input, batch dynamic."""
     size = spec.input_size
-    image = torch.zeros(1, size, size, 3, dtype=torch.uint8)
+    image = torch.zeros(1, size, size, 3, dtype=getattr(torch, spec.input_dtype))
     names = list(spec.feature_shapes)
     dynamic = {name: {0: "batch"} for name in [contract.ENCODER_INPUT, *names]}
     export_onnx(encoder.eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)

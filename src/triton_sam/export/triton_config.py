@@ -87,9 +87,13 @@ def _image_dims(spec: ModelSpec) -> tuple[int, int, int]:
     return side, side, 3
 
 
+def _input_type(spec: ModelSpec) -> str:
+    return f"TYPE_{spec.input_dtype.upper()}"
+
+
 def encoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
-    """config.pbtxt of the encoder: one uint8 HWC image in, the feature maps out."""
-    image = (contract.ENCODER_INPUT, "TYPE_UINT8", _image_dims(spec))
+    """config.pbtxt of the encoder: one HWC image in (`ModelSpec.input_dtype`), the feature maps out."""
+    image = (contract.ENCODER_INPUT, _input_type(spec), _image_dims(spec))
     outputs = [_tensor(name, "TYPE_FP32", shape) for name, shape in spec.feature_shapes.items()]
     return (
         _header(spec.encoder_name, ENCODER_MAX_BATCH)
@@ -163,7 +167,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
     """
     prompts = [i for i in decoder_inputs(spec) if i[0] in (contract.POINT_COORDS, contract.POINT_LABELS, contract.MASK_INPUT)]
     inputs = [
-        _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", _image_dims(spec), optional=True),
+        _tensor(contract.ENCODER_INPUT, _input_type(spec), _image_dims(spec), optional=True),
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
     ] + [_tensor(*i, optional=True) for i in prompts]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in decoder_outputs(spec)]
