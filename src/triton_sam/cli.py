@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -147,6 +148,10 @@ def _cmd_bench_report(args) -> None:
     print("Wrote " + ", ".join(str(path) for path in written))
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _cmd_serve(args) -> None:
     from .engines.triton import ENV_API_KEY
     from .server.local import LocalTritonServer
@@ -167,6 +172,7 @@ def _cmd_serve(args) -> None:
     if not server.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: anyone who can reach {args.host} can use this server; set ${ENV_API_KEY} to require a key.")
     print(f"Starting Triton on {args.host} (gRPC {args.grpc_port}, HTTP {args.http_port}) for {args.model_repository} ...")
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, systemd, docker stop: stop Triton as Ctrl-C does
     with server:
         served = [m for m in exported_models(args.model_repository) if args.models is None or m in args.models]
         models = ", ".join(served) or "none exported yet"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
@@ -100,13 +101,23 @@ def test_a_server_that_fails_reports_its_log(tmp_path):
         server.start(timeout_s=30)
 
 
-def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_repository):
+def _as_in_a_terminal() -> None:
+    """Ctrl-C reaches a command run in a terminal; a job that a script started in the background
+    (as CI may start these tests) ignores SIGINT, and so would the command it runs."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "kill"])
+def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c_or_kill(synthetic_repository, stop):
     server_python = require_server_env()
     grpc_port = free_port()
     command = [sys.executable, "-m", "triton_sam.cli", "serve", "--model-repository", str(synthetic_repository)]
     command += ["--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
     command += ["--server-python", str(server_python)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal
+    )
+    triton = []  # the server's processes: a session of their own, so killing `serve` would not end them
     try:
         lines = []
         deadline = time.monotonic() + 120
@@ -114,9 +125,10 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_reposi
             lines.append(process.stdout.readline())
         assert f"127.0.0.1:{grpc_port}" in lines[-1] and TINY.model_id in lines[-1], lines
         assert not any("warning" in line for line in lines)
+        triton = psutil.Process(process.pid).children(recursive=True)
         listening = [
             ipaddress.ip_address(c.laddr.ip)
-            for child in psutil.Process(process.pid).children(recursive=True)
+            for child in triton
             for c in child.net_connections("inet")
             if c.status == psutil.CONN_LISTEN
         ]
@@ -125,16 +137,19 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c(synthetic_reposi
             predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
             assert masks[1][100, 100] and not masks[1][10, 10]
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         try:
             code = process.wait(60)
         except subprocess.TimeoutExpired:
             process.kill()
-            pytest.fail(f"serve still running 60 s after Ctrl-C; its output after Ready: {process.stdout.read()[-3000:]!r}")
+            pytest.fail(f"serve still running 60 s after {stop.name}; its output after Ready: {process.stdout.read()[-3000:]!r}")
         assert code == 0 and process.stdout.read().startswith("Stopping Triton")
+        _, alive = psutil.wait_procs(triton, timeout=30)
+        assert not alive, f"left running after serve stopped: {[p.name() for p in alive]}"
     finally:
-        if process.poll() is None:
-            process.kill()
+        for leftover in [process, *triton]:
+            with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):
+                leftover.kill()
     with pytest.raises(ServerUnavailableError):  # the server went with it
         Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}", timeout_s=2.0)
 
