@@ -13,6 +13,12 @@ CONTRACT_VERSION = 1
 # image's fractions and whole grey levels would move its masks (SAM3).
 ENCODER_INPUT = "image"
 
+
+def encoder_input_dtype(steps: int) -> str:
+    """numpy / torch name of the encoder input's dtype for `steps` values per grey level."""
+    return "uint8" if steps == 1 else "int16"
+
+
 # Decoder inputs besides the feature maps named in `ModelSpec.feature_shapes`.
 POINT_COORDS = "point_coords"  # float32 [B, P, 2], (x, y) in model input pixels
 POINT_LABELS = "point_labels"  # int32 [B, P]: 1 positive, 0 negative, 2/3 box corners, -1 padding

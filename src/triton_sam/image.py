@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from .contract import encoder_input_dtype
 from .errors import InvalidInputError
 from .registry import STRETCH, ModelSpec
 
@@ -91,7 +92,7 @@ def resize_square(image: np.ndarray, size: int, steps: int = 1) -> np.ndarray:
     filter torchvision's `Resize(antialias=True)` reproduces, and rounded once at the end: to
     whole grey levels (uint8), or with `steps` > 1 to 1/`steps` of one (int16).
     """
-    dtype = np.uint8 if steps == 1 else np.int16
+    dtype = np.dtype(encoder_input_dtype(steps)).type
     if image.shape[:2] == (size, size):
         return image if steps == 1 else image.astype(dtype) * dtype(steps)
     channels = [image] if image.ndim == 2 else [image[..., c] for c in range(image.shape[2])]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .contract import encoder_input_dtype
 from .errors import ModelNotFoundError
 
 
@@ -48,7 +49,7 @@ class ModelSpec:
     @property
     def input_dtype(self) -> str:
         """numpy / torch name of the encoder input's dtype."""
-        return "uint8" if self.input_steps == 1 else "int16"
+        return encoder_input_dtype(self.input_steps)
 
     @property
     def encoder_name(self) -> str:
