@@ -111,12 +111,59 @@ def test_a_sweep_starts_no_decodes_until_the_cursor_rests_and_then_the_last_one_
 def test_without_settling_every_rested_event_starts_at_once():
     engine = FakeEngine(latency_s=0.001)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder, settle_factor=0.0) as decoder:
+    with SpeculativeDecoder(recorder, settle=False) as decoder:
         for i in range(20):
             decoder.hover(engine.job(f"h{i}"))
             time.sleep(0.01)
         _wait_idle(decoder)
     assert decoder.settle_s == 0.0 and len(engine.started) == 20
+
+
+class FakeClock:
+    """The scheduler's clock, moved by the test (its waits still pass in real time)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize(
+    ("gaps_s", "low_s", "high_s"),
+    [([0.008] * 30, 0.008, 0.0095), ([0.004, 0.012] * 15, 0.02, 0.03)],
+    ids=["steady", "jittery"],
+)
+def test_the_settle_wait_is_the_usual_gap_plus_a_margin_that_grows_with_jitter(gaps_s, low_s, high_s):
+    clock = FakeClock()
+    with SpeculativeDecoder(Recorder(), clock=clock) as decoder:
+        for gap_s in gaps_s:
+            decoder.hover(lambda token: None)
+            clock.advance(gap_s)
+        assert low_s < decoder.settle_s <= high_s
+
+
+def test_moves_too_small_to_send_keep_a_pending_hover_waiting_until_the_cursor_rests():
+    engine = FakeEngine(latency_s=0.001)
+    recorder = Recorder()
+    clock = FakeClock()
+    with SpeculativeDecoder(recorder, clock=clock) as decoder:
+        for i in range(20):
+            decoder.hover(engine.job(f"h{i}"))
+            clock.advance(0.008)
+        last = decoder.hover(engine.job("last"))
+        for _ in range(10):  # the cursor creeps on by moves below the caller's threshold
+            clock.advance(0.008)
+            decoder.count_skipped_event()
+            time.sleep(0.02)  # real time for the worker, which must go on waiting
+        assert "last" not in engine.started
+        clock.advance(0.05)  # the cursor rests
+        _wait_idle(decoder)
+    assert engine.started[-1] == "last" and recorder.deliveries[-1].seq == last
+    assert decoder.stats.skipped == 10
 
 
 def test_a_superseded_running_job_is_cancelled_in_the_engine_and_never_delivered():

@@ -26,7 +26,7 @@ from .engines import CancelToken, Engine, ImageFeatures
 from .image import ContrastLimits, encoder_input
 from .masks import image_logits
 from .prompts import model_request
-from .speculative import SETTLE_FACTOR, Delivery, SpeculativeDecoder
+from .speculative import Delivery, SpeculativeDecoder
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class InteractiveSession:
             max_in_flight,
             on_error,
             cancel_running=engine.cancel_running,
-            settle_factor=SETTLE_FACTOR if engine.settle_hovers else 0.0,
+            settle=engine.settle_hovers,
         )
 
     # --- planes -------------------------------------------------------------------------------

@@ -7,10 +7,11 @@ newer one exists (through the engine: gRPC cancel, ONNX Runtime terminate), and 
 only while it is the newest: a stale mask is never shown. Prompt jobs (clicks) are never dropped or
 cancelled by hovers; they run before pending hovers, in order.
 
-With a `settle_factor`, a hover job starts only once the cursor has rested a little longer than
-its usual gap between moves: while it sweeps, a decode would be superseded before it could be
-shown, so starting it only burns time that other annotators of the same server need. (Sessions
-settle on a Triton engine, not on the local one, where a superseded decode stops at once.)
+With `settle`, a hover job starts only once the cursor has rested a little longer than its usual
+gap between moves (the mean gap plus four mean deviations, as TCP times its retransmissions):
+while it sweeps, a decode would be superseded before it could be shown, so starting it only burns
+time that other annotators of the same server need. Moves too small to send count as moves here.
+(Sessions settle on a Triton engine, not on the local one, where a superseded decode stops at once.)
 
 Plain Python threads, no Qt: results go to the `deliver` callback on a worker thread, and the
 caller moves them where it needs them (the napari widget marshals them to the GUI thread).
@@ -38,9 +39,11 @@ PROMPT = "prompt"
 # With CANCEL_OVERDUE, a superseded running hover job is cancelled once it has run longer than
 # OVERDUE_FACTOR x a typical run (most likely stuck in a busy server's queue).
 OVERDUE_FACTOR = 2.0
-# A pending hover job starts once no newer hover came for SETTLE_FACTOR x the typical gap between
-# hover events (a moving average of gaps shorter than MAX_MOVE_GAP_S), at most MAX_SETTLE_S.
-SETTLE_FACTOR = 1.5
+# A pending hover job starts once the cursor has not moved for its typical gap between events plus
+# SETTLE_DEVIATIONS x the gaps' mean deviation plus SETTLE_MARGIN_S (moving averages of gaps shorter
+# than MAX_MOVE_GAP_S), at most MAX_SETTLE_S.
+SETTLE_DEVIATIONS = 4.0
+SETTLE_MARGIN_S = 0.001
 MAX_MOVE_GAP_S = 0.05
 MAX_SETTLE_S = 0.03
 
@@ -103,7 +106,7 @@ class SpeculativeDecoder:
         on_error: Callable[[Exception], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         cancel_running: str = CANCEL_ALWAYS,
-        settle_factor: float = SETTLE_FACTOR,
+        settle: bool = True,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
@@ -111,8 +114,9 @@ class SpeculativeDecoder:
             raise ValueError(f"cancel_running must be {CANCEL_ALWAYS!r} or {CANCEL_OVERDUE!r}")
         self.cancel_running = cancel_running
         self._typical_run_s: float | None = None  # moving average of finished runs
-        self.settle_factor = settle_factor
+        self.settle = settle
         self._typical_gap_s: float | None = None  # moving average of gaps between hover events
+        self._gap_deviation_s = 0.0  # moving average of their distance from that average
         self._deliver = deliver
         self._on_error = on_error or (lambda error: logger.error("decode failed: %s", error))
         self._clock = clock
@@ -124,7 +128,7 @@ class SpeculativeDecoder:
         self._latest_hover = 0
         self._generation = 0
         self._last_delivered = 0
-        self._last_hover_at: float | None = None
+        self._last_move_at: float | None = None
         self._closed = False
         self.stats = SchedulerStats()
         self._workers = [
@@ -157,17 +161,21 @@ class SpeculativeDecoder:
             self._latest_hover = job.seq
             if self._pending_hover is not None:
                 self.stats.superseded += 1
-            if self._last_hover_at is not None:
-                self._learn_gap(job.t_submitted - self._last_hover_at)
-            self._last_hover_at = job.t_submitted
+            self._moved(job.t_submitted)
             self._pending_hover = job
             self._cancel_running(self._supersede_now)
             self._cond.notify()
         return job.seq
 
-    def _learn_gap(self, gap_s: float) -> None:
-        if gap_s < MAX_MOVE_GAP_S:
-            self._typical_gap_s = _moving_average(self._typical_gap_s, gap_s)
+    def _moved(self, now: float) -> None:
+        """The cursor moved at `now`: learn the gap since its last move (pauses excluded)."""
+        if self._last_move_at is not None and (gap_s := now - self._last_move_at) < MAX_MOVE_GAP_S:
+            if self._typical_gap_s is None:
+                self._typical_gap_s, self._gap_deviation_s = gap_s, gap_s / 2
+            else:
+                self._gap_deviation_s = _moving_average(self._gap_deviation_s, abs(gap_s - self._typical_gap_s))
+                self._typical_gap_s = _moving_average(self._typical_gap_s, gap_s)
+        self._last_move_at = now
 
     @property
     def settle_s(self) -> float:
@@ -176,9 +184,9 @@ class SpeculativeDecoder:
             return self._settle_s()
 
     def _settle_s(self) -> float:
-        if self._typical_gap_s is None:
+        if not self.settle or self._typical_gap_s is None:
             return 0.0
-        return min(MAX_SETTLE_S, self.settle_factor * self._typical_gap_s)
+        return min(MAX_SETTLE_S, self._typical_gap_s + SETTLE_DEVIATIONS * self._gap_deviation_s + SETTLE_MARGIN_S)
 
     def _supersede_now(self, job: Job) -> bool:
         """Whether a running job that a newer hover supersedes should be cancelled now.
@@ -206,10 +214,14 @@ class SpeculativeDecoder:
         return job.seq
 
     def count_skipped_event(self) -> None:
-        """Record a hover event the caller chose not to send (a move below its threshold)."""
+        """Record a hover event the caller chose not to send (a move below its threshold).
+
+        The cursor still moves, so a pending hover job waits on as for any move.
+        """
         with self._cond:
             self.stats.events += 1
             self.stats.skipped += 1
+            self._moved(self._clock())
 
     def clear(self, prompts: bool = False) -> None:
         """Forget hover work (cursor left the image); with `prompts`, prompt work too (discard, commit)."""
@@ -271,7 +283,7 @@ class SpeculativeDecoder:
                 if self._pending_hover is None:
                     self._cond.wait()
                     continue
-                wait_s = self._pending_hover.t_submitted + self._settle_s() - self._clock()
+                wait_s = self._last_move_at + self._settle_s() - self._clock()
                 if wait_s <= 0:
                     break
                 self._cond.wait(wait_s)
