@@ -118,8 +118,8 @@ def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
     }
 
 
-def _single_decode_ms(engine: Engine, image: np.ndarray, count: int = 15) -> dict:
-    """One hover decode with nothing else running (the yardstick for the latency goal)."""
+def _single_decodes(engine: Engine, image: np.ndarray, count: int = 15) -> list[float]:
+    """Seconds of one hover decode with nothing else running, `count` times (the latency goal's yardstick)."""
     size = image.shape[:2]
     features = engine.encode(encoder_input(image, engine.spec))
     request = model_request(engine.spec, size, point_coords=[[size[1] / 2, size[0] / 2]], point_labels=[1])
@@ -129,7 +129,7 @@ def _single_decode_ms(engine: Engine, image: np.ndarray, count: int = 15) -> dic
         image_logits(result.low_res_logits[0], size, engine.spec)
 
     once()
-    return summarize([timed(once) for _ in range(count)])
+    return [timed(once) for _ in range(count)]
 
 
 def _server_decodes(server: LocalTritonServer, spec: ModelSpec) -> dict[str, int]:
@@ -142,7 +142,10 @@ def _server_decodes(server: LocalTritonServer, spec: ModelSpec) -> dict[str, int
 
 
 def _modes(engine: Engine, image: np.ndarray, trace, server: LocalTritonServer | None) -> dict:
-    result = {"single_decode": _single_decode_ms(engine, image)}
+    """Our session and the naive client on one engine; the yardstick is timed before and after
+    our session's run and pooled, as a shared machine's speed drifts over a minute."""
+    single = _single_decodes(engine, image)
+    result = {}
     for name, client in (("ours", _ours), ("naive", _naive)):
         before = _server_decodes(server, engine.spec) if server else None
         result[name] = client(engine, image, trace)
@@ -150,6 +153,9 @@ def _modes(engine: Engine, image: np.ndarray, trace, server: LocalTritonServer |
             after = _server_decodes(server, engine.spec)
             result[name]["server_executed"] = after["started"] - before["started"]
             result[name]["server_dropped_cancelled"] = after["dropped"] - before["dropped"]
+        if name == "ours":
+            single += _single_decodes(engine, image)
+    result["single_decode"] = summarize(single)
     goal = 1.5 * result["single_decode"]["median_ms"] + 10.0
     result["p95_goal_ms"] = goal
     key = "server_executed" if server else "requests_sent"
