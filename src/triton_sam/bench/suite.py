@@ -28,7 +28,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     "full": {
         "predictor": {"encodes": 2, "decodes": 20},
         "triton": {"encodes": 2, "decodes": 30, "clients": (1, 4, 16), "duration_s": 2.0},
-        "hover": {"duration_s": 10.0},
+        "hover": {"duration_s": 60.0},  # ~54 previews per backend: enough for a p95
         "click": {"clicks": 20},
         "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
         "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
