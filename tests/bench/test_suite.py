@@ -31,6 +31,8 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     for backend in ("local", "triton"):
         assert r["hover"][backend]["ours"]["stale_delivered"] == 0
         assert r["hover"][backend]["ours"]["delivered"] >= 1
+        ideal = r["hover"][backend]["ideal"]  # one decode per rest of the trace, each shown
+        assert ideal["delivered"] == ideal["requests_sent"] >= 1 and ideal["latency_ms"]["p50"] > 0
         assert r["gui"][backend]["hover"]["previews_on_screen"] >= 1, r["gui"]
     assert r["hover"]["triton"]["ours"]["server_executed"] >= 1
     for mode in ("dynamic_batching", "no_batching"):

@@ -87,12 +87,21 @@ def _hover(r: dict) -> str:
         rows.append([
             backend, _ms(b["single_decode"]["median_ms"]), f"{_ms(ours['latency_ms']['p50'])} / {_ms(ours['latency_ms']['p95'])}",
             f"{_ms(b['p95_goal_ms'])} ({_verdict(ours['latency_ms']['p95'], b['p95_goal_ms'])})",
+            _ideal_ms(b),
             f"{_ms(naive['latency_ms']['p50'])} / {_ms(naive['latency_ms']['p95'])}",
             f"{ours['stale_delivered']} / {naive['stale_delivered']}",
             f"{ours[executed]} / {naive[executed]} ({b['executed_ratio_naive_over_ours']:.1f}x; {verdict})",
         ])
-    header = ["engine", "single decode ms (median, each after a 0.4 s rest)", "ours p50 / p95 ms", "p95 goal ms", "naive p50 / p95 ms", "stale shown ours / naive", "decodes started ours / naive (goal: 5x fewer on the server)"]
+    header = ["engine", "single decode ms (median, each after a 0.4 s rest)", "ours p50 / p95 ms", "p95 goal ms", "ideal client p50 / p95 ms (one decode per rest)", "naive p50 / p95 ms", "stale shown ours / naive", "decodes started ours / naive (goal: 5x fewer on the server)"]
     return _table(header, rows)
+
+
+def _ideal_ms(backend: dict) -> str:
+    """The ideal client's latency (runs from before it existed have none)."""
+    if "ideal" not in backend:
+        return "-"
+    latency = backend["ideal"]["latency_ms"]
+    return f"{_ms(latency['p50'])} / {_ms(latency['p95'])}"
 
 
 def _gui(r: dict) -> str:
