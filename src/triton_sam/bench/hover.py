@@ -161,8 +161,9 @@ def _ideal(engine: Engine, image: np.ndarray, trace) -> dict:
 def _single_decodes(engine: Engine, image: np.ndarray, count: int = 15) -> list[float]:
     """Seconds of one hover decode with nothing else running, `count` times (the latency goal's yardstick).
 
-    Each follows a rest as long as the trace's mean pause, as a preview's decode does: on this
-    shared machine decodes back to back ran 10-20 ms slower than after a rest, a looser yardstick.
+    Each follows a rest as long as the trace's mean pause, as a preview's decode does, so the two
+    are timed alike (on this shared machine one probe timed back-to-back decodes 10-20 ms slower
+    than rested ones through the client; on the server the difference was within noise).
     """
     size = image.shape[:2]
     features = engine.encode(encoder_input(image, engine.spec))
