@@ -93,9 +93,18 @@ def _preview(engine: Engine, features: ImageFeatures, size: tuple[int, int], x: 
     image_logits(result.low_res_logits[0], size, engine.spec)
 
 
-def _latency_ms(latencies_s: list[float]) -> dict[str, float | None]:
+def _client_result(events: int, sent: int, latencies_s: list[float], stale: int) -> dict:
+    """What a session-less client (naive, ideal) did: it cancels nothing and shows every result."""
     latency = np.asarray(latencies_s) * 1000.0
-    return {f"p{p}": float(np.percentile(latency, p)) if latency.size else None for p in (50, 95, 99)}
+    return {
+        "events": events,
+        "requests_sent": sent,
+        "completed": len(latency),
+        "cancelled": 0,
+        "delivered": len(latency),
+        "stale_delivered": stale,
+        "latency_ms": {f"p{p}": float(np.percentile(latency, p)) if latency.size else None for p in (50, 95, 99)},
+    }
 
 
 def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
@@ -119,15 +128,7 @@ def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
 
     with ThreadPoolExecutor(NAIVE_THREADS) as pool:
         replay(trace, send)
-    return {
-        "events": len(trace),
-        "requests_sent": len(trace),
-        "completed": len(latencies),
-        "cancelled": 0,
-        "delivered": len(latencies),
-        "stale_delivered": len(stale),
-        "latency_ms": _latency_ms(latencies),
-    }
+    return _client_result(len(trace), len(trace), latencies, len(stale))
 
 
 def _ideal(engine: Engine, image: np.ndarray, trace) -> dict:
@@ -147,15 +148,7 @@ def _ideal(engine: Engine, image: np.ndarray, trace) -> dict:
             latencies.append(time.perf_counter() - t_event)
 
     replay(trace, send)
-    return {
-        "events": len(trace),
-        "requests_sent": len(ends),
-        "completed": len(latencies),
-        "cancelled": 0,
-        "delivered": len(latencies),
-        "stale_delivered": 0,
-        "latency_ms": _latency_ms(latencies),
-    }
+    return _client_result(len(trace), len(ends), latencies, stale=0)
 
 
 def _single_decodes(engine: Engine, image: np.ndarray, count: int = 15) -> list[float]:
@@ -189,8 +182,8 @@ def _server_decodes(server: LocalTritonServer, spec: ModelSpec) -> dict[str, int
 
 
 def _modes(engine: Engine, image: np.ndarray, trace, server: LocalTritonServer | None) -> dict:
-    """Our session and the naive client on one engine; the yardstick is timed before and after
-    our session's run and pooled, as a shared machine's speed drifts over a minute."""
+    """Our session, the ideal and the naive client on one engine; the yardstick is timed before
+    and after our session's run and pooled, as a shared machine's speed drifts over a minute."""
     single = _single_decodes(engine, image)
     result = {}
     for name, client in (("ours", _ours), ("ideal", _ideal), ("naive", _naive)):
