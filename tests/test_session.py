@@ -70,7 +70,14 @@ def test_hover_preview_is_the_predictor_mask_for_that_point(session, synthetic_r
     assert preview.score == pytest.approx(float(scores[0]))
 
 
-def test_a_burst_of_moves_ends_with_the_last_position_and_sends_less(session):
+def test_a_burst_of_moves_ends_with_the_last_position_and_sends_less(session, monkeypatch):
+    decode = session.engine.decode
+
+    def slow_decode(*args, **kwargs):  # slower than the moves come, as a real model is
+        time.sleep(0.02)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(session.engine, "decode", slow_decode)
     for x in np.linspace(20, 380, 120):
         session.hover(float(x), 100.0)
         time.sleep(0.001)

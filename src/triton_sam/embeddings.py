@@ -1,6 +1,6 @@
 """Image embeddings cached by a content signature, so that an image plane is encoded once.
 
-The key is a hash of the model input (the resized image) and the model id: the same plane
+The key is a hash of the encoder input (the plane as sent) and the model id: the same plane
 shown with the same contrast hits the cache whatever layer or file it came from. Optionally the
 features are also kept on disk (one `.npz` per image, under the weights' id), so that reopening a
 dataset is instant; features a server keeps are not written.
@@ -24,7 +24,7 @@ DEFAULT_CACHE_MB = 1024
 
 
 def content_signature(model_input: np.ndarray, model_id: str) -> str:
-    """Hash of one model input for one model (hex)."""
+    """Hash of one encoder input for one model (hex)."""
     digest = hashlib.blake2b(np.ascontiguousarray(model_input).tobytes(), digest_size=16)
     digest.update(f"{model_input.shape}{model_id}".encode())  # SAM1 inputs vary in shape
     return digest.hexdigest()
@@ -112,12 +112,12 @@ class EmbeddingCache:
 
     def _save(self, key: str, features: ImageFeatures) -> None:
         """Write features atomically (temp file + rename); server-side features have nothing to write."""
-        if self.disk_dir is None or not features.arrays:
+        if self.disk_dir is None or features.on_server:
             return
         self.disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # features describe the user's images
         handle, temp = tempfile.mkstemp(dir=self.disk_dir, suffix=".tmp")
         with os.fdopen(handle, "wb") as file:
-            np.savez(file, **features.arrays)
+            np.savez(file, **features.host_arrays())
         os.replace(temp, self.disk_dir / f"{key}.npz")
 
     def _evict(self) -> None:

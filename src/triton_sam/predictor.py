@@ -8,7 +8,6 @@ import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
 from .image import ContrastLimits, encoder_input
-from .masks import image_logits
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
 
@@ -82,8 +81,8 @@ class Predictor:
             normalize_coords=normalize_coords,
         )
         result = self.engine.decode(self._features, request, multimask_output, cancel)
-        logits = image_logits(result.low_res_logits, self._orig_hw, self.spec, self.mask_threshold)
-        masks = logits if return_logits else logits > self.mask_threshold
+        resize = self.engine.resizer.logits if return_logits else self.engine.resizer.masks
+        masks = resize(result.low_res_logits, self._orig_hw, self.mask_threshold)
         low_res = np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
         if request.batch_size == 1:
             return masks[0], result.scores[0], low_res[0]

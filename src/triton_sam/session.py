@@ -24,7 +24,6 @@ import numpy as np
 from .embeddings import EmbeddingCache
 from .engines import CancelToken, Engine, ImageFeatures
 from .image import ContrastLimits, encoder_input
-from .masks import image_logits
 from .prompts import model_request
 from .speculative import Delivery, SpeculativeDecoder
 
@@ -316,7 +315,7 @@ class InteractiveSession:
 
     def _image_masks(self, low_res: np.ndarray, plane: _Plane) -> np.ndarray:
         """Binary masks at the plane's size from low-res logits [..., h, w]."""
-        return image_logits(low_res, plane.size, self.spec, self.mask_threshold) > self.mask_threshold
+        return self.engine.resizer.masks(low_res, plane.size, self.mask_threshold)
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value

@@ -101,3 +101,23 @@ def test_cancel_stops_a_running_sam2_decode(sam2_tiny_repository):
     with pytest.raises(DecodeCancelled, match="while running") as raised:
         engine.decode(features, request, cancel=token)
     assert raised.value.__cause__ is not None  # ONNX Runtime itself stopped the run
+
+
+def test_features_kept_as_onnx_runtime_buffers_decode_as_numpy_features(engine, synthetic_repository):
+    """The GPU path (features bound to device memory, fed back by IO binding), run with CPU buffers."""
+    bound = LocalEngine(locate(TINY, synthetic_repository), feature_device="cpu")
+    image = np.random.default_rng(0).integers(0, 256, (600, 900, 1), dtype=np.uint8)
+    plain, kept = engine.encode(image), bound.encode(image)
+    assert not kept.arrays and set(kept.device) == set(TINY.feature_shapes) and kept.nbytes == plain.nbytes
+    for name, array in plain.arrays.items():
+        np.testing.assert_array_equal(kept.host_arrays()[name], array)
+    for batch in (1, 2):  # a batch of prompt sets goes through host copies
+        for multimask in (True, False):
+            ours = bound.decode(kept, _request(batch), multimask)
+            expected = engine.decode(plain, _request(batch), multimask)
+            np.testing.assert_array_equal(ours.low_res_logits, expected.low_res_logits)
+            np.testing.assert_array_equal(ours.scores, expected.scores)
+    token = CancelToken()
+    token.cancel()
+    with pytest.raises(DecodeCancelled):
+        bound.decode(kept, _request(), cancel=token)

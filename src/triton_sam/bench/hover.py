@@ -20,7 +20,6 @@ import numpy as np
 
 from ..engines import Engine, ImageFeatures, create_engine
 from ..image import encoder_input
-from ..masks import image_logits
 from ..prompts import model_request
 from ..registry import ModelSpec, get_model
 from ..server.local import LocalTritonServer
@@ -87,10 +86,10 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
 
 
 def _preview(engine: Engine, features: ImageFeatures, size: tuple[int, int], x: float, y: float) -> None:
-    """One hover decode without a session: the cursor as the only point, logits at full size as shown."""
+    """One hover decode without a session: the cursor as the only point, the mask at full size as shown."""
     request = model_request(engine.spec, size, point_coords=[[x, y]], point_labels=[1])
     result = engine.decode(features, request, multimask_output=False)
-    image_logits(result.low_res_logits[0], size, engine.spec)
+    engine.resizer.masks(result.low_res_logits[0], size)
 
 
 def _client_result(events: int, sent: int, latencies_s: list[float], stale: int) -> dict:

@@ -2,32 +2,47 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..registry import ModelSpec
 
 
 @dataclass(frozen=True)
 class ImageFeatures:
-    """Encoder output for one image: arrays held here (local engine), or a handle to features a
-    server keeps, with the model input so that the image can be encoded again if the server lost them.
+    """Encoder output for one image, held in one of three places: numpy arrays here (local engine on
+    the CPU), buffers on the local engine's GPU (fed back to its decoder without a host round
+    trip), or on a server behind a handle, with the encoder input kept so that the image can be
+    encoded again if the server lost them.
     """
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [1, C, H, W]
     handle: str | None = None
-    model_input: np.ndarray | None = None  # [h, w, 3] (`ModelSpec.input_hw`, `.input_dtype`), kept only with a handle
+    model_input: np.ndarray | None = None  # the encoder input (`image.encoder_input`), kept only with a handle
+    device: dict[str, Any] = field(default_factory=dict)  # name -> the engine's device buffer (an ONNX Runtime OrtValue)
+
+    @property
+    def on_server(self) -> bool:
+        return self.handle is not None
 
     @property
     def nbytes(self) -> int:
-        """Bytes held on this side (features, or the kept model input)."""
+        """Bytes held for these features here and on the local GPU (features, or the kept input)."""
         kept = self.model_input.nbytes if self.model_input is not None else 0
-        return kept + sum(a.nbytes for a in self.arrays.values())
+        on_device = sum(int(np.prod(value.shape())) * 4 for value in self.device.values())  # float32
+        return kept + on_device + sum(a.nbytes for a in self.arrays.values())
+
+    def host_arrays(self) -> dict[str, np.ndarray]:
+        """The features as numpy arrays, copied from the GPU if they live there (not for server features)."""
+        return self.arrays or {name: value.numpy() for name, value in self.device.items()}
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,7 @@ class Engine(ABC):
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:
-        """Encode one preprocessed image (h x w x 3 as `image.encoder_input` makes it)."""
+        """Encode one image as `image.encoder_input` makes it (uint8 h x w x C)."""
 
     @abstractmethod
     def decode(
@@ -98,6 +113,11 @@ class Engine(ABC):
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
         """Decode prompts against features from `encode`; raises DecodeCancelled if cancelled."""
+
+    @functools.cached_property
+    def resizer(self) -> MaskResizer:
+        """Brings this engine's low-res logits to an image's size (on the CPU unless the engine says otherwise)."""
+        return MaskResizer(self.spec)
 
     @property
     def weights_id(self) -> str | None:

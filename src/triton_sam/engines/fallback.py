@@ -21,7 +21,7 @@ class FallbackEngine(Engine):
     """Uses `connect()` (a Triton engine) while it answers and `local()` while it does not.
 
     The switch to local happens at start (server unreachable or without the model) or mid-session
-    (server died): features from the server are then encoded again locally from the kept model input.
+    (server died): features from the server are then encoded again locally from the kept encoder input.
     While local because the server was unreachable, a background thread tries `connect()` every
     `retry_s` seconds and new encodes go to the server again once it answers; features already
     encoded locally stay with the local engine. `fallback_reason` says why the local engine is in use
@@ -115,7 +115,7 @@ class FallbackEngine(Engine):
         multimask_output: bool = True,
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
-        if not features.arrays:  # held by the server
+        if features.on_server:
             server = self._server
             if server is not None:
                 try:

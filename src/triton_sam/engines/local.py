@@ -1,20 +1,32 @@
-"""Run exported models in this process with ONNX Runtime (TensorRT, CUDA or CPU)."""
+"""Run exported models in this process with ONNX Runtime (TensorRT, CUDA or CPU).
+
+On a GPU an image's features stay on the device: the encoder's outputs are bound to GPU memory
+and handed to the decoder as they are (ONNX Runtime IO binding), so a decode moves only the
+prompts in and the low-res masks out. On the CPU the features are plain numpy arrays.
+"""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import onnxruntime as ort
 
 from .. import contract
 from ..errors import DecodeCancelled, ModelFileError
+from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures
-from .providers import provider_options, usable_providers
+from .providers import TENSORRT, device_of, provider_options, usable_providers
 
 
 class LocalEngine(Engine):
-    """Encoder and decoder ONNX Runtime sessions for one exported model."""
+    """Encoder and decoder ONNX Runtime sessions for one exported model.
+
+    `feature_device` says where features are kept as ONNX Runtime buffers ("cuda", "cpu"); by
+    default on the GPU the sessions run on, and as numpy arrays on a CPU.
+    """
 
     def __init__(
         self,
@@ -22,15 +34,18 @@ class LocalEngine(Engine):
         providers: list[str] | None = None,
         intra_op_threads: int = 0,
         trt_cache_dir: str | None = None,
+        *,
+        feature_device: str | None = None,
     ) -> None:
         self.spec = exported.spec
-        self._metadata = exported.metadata
+        self._weights_id = exported.weights_id
         providers = providers or usable_providers()
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._encoder = _session(exported.encoder, options, providers, trt_cache_dir)
         self._decoder = _session(exported.decoder, options, providers, trt_cache_dir)
+        self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
 
     @property
     def providers(self) -> list[str]:
@@ -39,10 +54,12 @@ class LocalEngine(Engine):
 
     @property
     def weights_id(self) -> str | None:
-        weights = self._metadata.get("checkpoint_sha256") or (
-            f"seed-{self._metadata['seed']}" if "seed" in self._metadata else None
-        )
-        return f"{self.spec.model_id}-{weights}" if weights else None
+        return self._weights_id
+
+    @functools.cached_property
+    def resizer(self) -> MaskResizer:
+        """Mask resizing on the decoder's device (TensorRT would build an engine for it: not worth it)."""
+        return MaskResizer(self.spec, [p for p in self.providers if p != TENSORRT])
 
     def describe(self) -> str:
         device = self.providers[0].removesuffix("ExecutionProvider")
@@ -50,8 +67,15 @@ class LocalEngine(Engine):
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         names = list(self.spec.feature_shapes)
-        outputs = self._encoder.run(names, {contract.ENCODER_INPUT: image[None]})
-        return ImageFeatures(dict(zip(names, outputs)))
+        batch = np.ascontiguousarray(image[None])
+        if self._device is None:
+            return ImageFeatures(dict(zip(names, self._encoder.run(names, {contract.ENCODER_INPUT: batch}))))
+        binding = self._encoder.io_binding()
+        binding.bind_cpu_input(contract.ENCODER_INPUT, batch)
+        for name in names:
+            binding.bind_output(name, self._device)
+        self._encoder.run_with_iobinding(binding)
+        return ImageFeatures(device=dict(zip(names, binding.get_outputs())))
 
     def decode(
         self,
@@ -60,14 +84,17 @@ class LocalEngine(Engine):
         multimask_output: bool = True,
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
-        feeds = {name: _repeat(array, request.batch_size) for name, array in features.arrays.items()}
-        feeds.update(prompt_feeds(request, self.spec.low_res_size))
         outputs = contract.decoder_output_names(multimask_output)
         run_options = ort.RunOptions()
         if cancel is not None:
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         try:
-            masks, scores, object_scores = self._decoder.run(outputs, feeds, run_options)
+            if features.device and request.batch_size == 1:
+                masks, scores, object_scores = self._decode_on_device(features, request, outputs, run_options)
+            else:
+                feeds = {name: _repeat(a, request.batch_size) for name, a in features.host_arrays().items()}
+                feeds.update(prompt_feeds(request, self.spec.low_res_size))
+                masks, scores, object_scores = self._decoder.run(outputs, feeds, run_options)
         except Exception as error:
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled while running") from error
@@ -75,6 +102,19 @@ class LocalEngine(Engine):
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled")
         return DecodeResult(masks, scores, object_scores)
+
+    def _decode_on_device(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
+        """The decoder fed the features where they are; the prompts go in and the outputs come out."""
+        binding = self._decoder.io_binding()
+        for name, value in features.device.items():
+            binding.bind_ortvalue_input(name, value)
+        for name, array in prompt_feeds(request, self.spec.low_res_size).items():
+            binding.bind_cpu_input(name, array)
+        for name in outputs:
+            binding.bind_output(name, "cpu")
+        self._decoder.run_with_iobinding(binding, run_options)
+        return binding.copy_outputs_to_cpu()
+
 
 
 def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndarray]:

@@ -57,6 +57,11 @@ def usable_providers(allow_tensorrt: bool = True) -> list[str]:
     return chosen
 
 
+def device_of(provider: str) -> str | None:
+    """ONNX Runtime's name of the GPU memory `provider` computes in (for IO binding); None for the CPU."""
+    return "cuda" if provider in (TENSORRT, CUDA) else None
+
+
 def provider_options(provider: str, cache_dir: str | None) -> dict[str, str]:
     """Options for `provider`: TensorRT in FP16 with an engine cache so it builds once."""
     if provider == TENSORRT and cache_dir:
