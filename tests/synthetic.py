@@ -1,6 +1,7 @@
 """A tiny ONNX model with the SAM2 tensor contract, for fast tests (never offered to users).
 
-Encoder: image brightness, average-pooled to each feature map's size. Decoder: for threshold t in
+Encoder: image brightness (any size, grey or RGB, resized to the input size as the real encoders
+do), average-pooled to each feature map's size. Decoder: for threshold t in
 (0.3, 0.5, 0.7) the mask logits are `20 * (brightness - t)`, lowered by `0.5 * (d - 160)` where d
 (in 1024-pixel model units) is the distance to the nearest positive point beyond 300, plus
 `mask_input` when given. Scores are fixed at (0.5, 0.9, 0.7), so the best mask is the middle one.
@@ -46,7 +47,11 @@ def encoder_model(spec: ModelSpec) -> onnx.ModelProto:
         helper.make_node("Transpose", ["f"], ["chw"], perm=[0, 3, 1, 2]),
         helper.make_node("ReduceMean", ["chw"], ["mean"], axes=[1], keepdims=1),
         _const("k255", np.float32(255.0)),
-        helper.make_node("Div", ["mean", "k255"], ["gray"]),
+        helper.make_node("Div", ["mean", "k255"], ["gray_any"]),
+        helper.make_node("Shape", ["gray_any"], ["gray_nc"], end=2),
+        _const("input_hw", np.array([size, size], np.int64)),
+        helper.make_node("Concat", ["gray_nc", "input_hw"], ["gray_sizes"], axis=0),
+        helper.make_node("Resize", ["gray_any", "", "", "gray_sizes"], ["gray"], mode="linear"),
     ]
     outputs = []
     for name, (channels, height, _) in spec.feature_shapes.items():
@@ -57,7 +62,7 @@ def encoder_model(spec: ModelSpec) -> onnx.ModelProto:
             helper.make_node("Expand", [f"{name}_p", f"{name}_shape"], [name]),
         ]
         outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["B", channels, height, height]))
-    image = helper.make_tensor_value_info(contract.ENCODER_INPUT, TensorProto.UINT8, ["B", size, size, 3])
+    image = helper.make_tensor_value_info(contract.ENCODER_INPUT, TensorProto.UINT8, ["B", "H", "W", "C"])
     return _model(nodes, [image], outputs)
 
 

@@ -4,35 +4,39 @@ import numpy as np
 import pytest
 
 from triton_sam.errors import InvalidInputError
-from triton_sam.image import model_input, resize_square, to_rgb_uint8
+from triton_sam.image import encoder_input, to_uint8
+from triton_sam.registry import get_model
+
+SAM2 = get_model("sam2.1_hiera_tiny")
 
 
 def test_uint8_rgb_is_used_as_is():
     image = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
-    assert np.array_equal(to_rgb_uint8(image), image)
+    sent = encoder_input(image, SAM2)
+    assert np.array_equal(sent, image) and np.shares_memory(sent, image)  # no copy
 
 
-def test_grayscale_is_repeated_and_rgba_drops_alpha():
+def test_grayscale_stays_one_channel_and_rgba_drops_alpha():
     gray = np.arange(12, dtype=np.uint8).reshape(3, 4)
-    rgb = to_rgb_uint8(gray)
-    assert rgb.shape == (3, 4, 3) and all(np.array_equal(rgb[..., c], gray) for c in range(3))
+    assert np.array_equal(encoder_input(gray, SAM2), gray[..., None])
+    assert np.array_equal(encoder_input(gray[..., None], SAM2), gray[..., None])
+    rgb = np.dstack([gray, gray + 1, gray + 2])
     rgba = np.dstack([rgb, np.full((3, 4), 7, np.uint8)])
-    assert np.array_equal(to_rgb_uint8(rgba), rgb)
-    assert np.array_equal(to_rgb_uint8(gray[..., None]), rgb)
+    assert np.array_equal(encoder_input(rgba, SAM2), rgb)
 
 
 def test_uint16_and_float_are_scaled_from_min_max_or_contrast_limits():
     image = np.array([[100, 1100], [600, 1100]], np.uint16)
-    assert to_rgb_uint8(image)[..., 0].tolist() == [[0, 255], [128, 255]]
-    limited = to_rgb_uint8(image, contrast_limits=(100, 600))
-    assert limited[..., 0].tolist() == [[0, 255], [255, 255]]
+    assert to_uint8(image).tolist() == [[0, 255], [128, 255]]
+    limited = to_uint8(image, contrast_limits=(100, 600))
+    assert limited.tolist() == [[0, 255], [255, 255]]
     floats = np.array([[-1.0, 1.0]], np.float32)
-    assert to_rgb_uint8(floats)[0, :, 0].tolist() == [0, 255]
+    assert to_uint8(floats)[0].tolist() == [0, 255]
 
 
 def test_bool_and_constant_images():
-    assert to_rgb_uint8(np.array([[True, False]]))[0, :, 0].tolist() == [255, 0]
-    assert to_rgb_uint8(np.full((2, 2), 5.0)).max() == 0
+    assert to_uint8(np.array([[True, False]]))[0].tolist() == [255, 0]
+    assert to_uint8(np.full((2, 2), 5.0)).max() == 0
 
 
 @pytest.mark.parametrize(
@@ -49,44 +53,41 @@ def test_bool_and_constant_images():
 )
 def test_bad_images_are_rejected_with_a_clear_message(image, message):
     with pytest.raises(InvalidInputError, match=message):
-        to_rgb_uint8(image)
-
-
-def test_resize_square_matches_torchvision_antialiased_resize():
-    torch = pytest.importorskip("torch")
-    from torchvision.transforms import Resize
-
-    image = np.random.default_rng(1).integers(0, 256, (300, 2100, 3), dtype=np.uint8)
-    tensor = torch.from_numpy(image).permute(2, 0, 1).float()
-    reference = Resize((1024, 1024), antialias=True)(tensor).permute(1, 2, 0).numpy()
-    ours = resize_square(image, 1024)
-    assert ours.shape == (1024, 1024, 3) and ours.dtype == np.uint8
-    assert np.abs(ours - reference).max() <= 0.5 + 1e-3  # rounding to whole grey levels only
-    fine = resize_square(image, 1024, steps=128)  # SAM3's input: 1/128 grey levels
-    assert fine.dtype == np.int16 and fine.max() <= 255 * 128
-    assert np.abs(fine / 128 - reference).max() <= 0.5 / 128 + 1e-3
-
-
-def test_fine_steps_of_an_image_already_at_size_are_exact():
-    image = np.random.default_rng(4).integers(0, 256, (64, 64), dtype=np.uint8)
-    assert resize_square(image, 64) is image
-    assert np.array_equal(resize_square(image, 64, steps=128), image.astype(np.int16) * 128)
-    assert np.array_equal(model_input(image, 64, steps=128)[..., 2], image.astype(np.int16) * 128)
+        encoder_input(image, SAM2)
 
 
 def test_scaling_in_blocks_of_rows_equals_scaling_at_once(monkeypatch):
     image = np.random.default_rng(2).integers(0, 65536, (301, 203), dtype=np.uint16)
-    whole = to_rgb_uint8(image, contrast_limits=(1000, 60000))
+    whole = to_uint8(image, contrast_limits=(1000, 60000))
     monkeypatch.setattr("triton_sam.image._BLOCK_PIXELS", 203 * 7)  # 43 blocks of 7 rows
-    assert np.array_equal(to_rgb_uint8(image, contrast_limits=(1000, 60000)), whole)
+    assert np.array_equal(to_uint8(image, contrast_limits=(1000, 60000)), whole)
 
 
-def test_grayscale_model_input_equals_the_rgb_path():
+@pytest.mark.parametrize(
+    "model_id, image_hw, sent_hw",
+    [
+        ("sam2.1_hiera_tiny", (977, 1531), (977, 1531)),  # sent as it is: the encoder resizes
+        ("sam2.1_hiera_tiny", (5000, 300), (4096, 300)),  # only a side over 4x the input size is reduced here
+        ("sam3_tracker", (9000, 9000), (4032, 4032)),
+        ("sam_vit_b", (300, 400), (768, 1024)),  # SAM1: ResizeLongestSide on the client
+    ],
+)
+def test_the_client_sends_stretched_models_the_plane_and_sam1_its_resized_image(model_id, image_hw, sent_hw):
+    spec = get_model(model_id)
+    image = np.random.default_rng(5).integers(0, 256, (*image_hw, 3), dtype=np.uint8)
+    sent = encoder_input(image, spec)
+    assert sent.shape == (*sent_hw, 3) and sent.dtype == np.uint8 and spec.sent_hw(image_hw) == sent_hw
+
+
+def test_sam1_resize_of_grayscale_equals_its_rgb_resize():
+    """SAM1's official transform resizes RGB; resizing one grey channel gives each channel of that."""
+    spec = get_model("sam_vit_b")
     gray = np.random.default_rng(3).integers(0, 4096, (500, 700), dtype=np.uint16)
-    assert np.array_equal(model_input(gray, 256), resize_square(to_rgb_uint8(gray), 256))
+    rgb = np.repeat(to_uint8(gray)[..., None], 3, axis=2)
+    assert np.array_equal(np.repeat(encoder_input(gray, spec), 3, axis=2), encoder_input(rgb, spec))
 
 
-def test_a_huge_uint16_plane_becomes_a_model_input_without_float_copies(monkeypatch):
+def test_a_huge_uint16_plane_becomes_an_encoder_input_without_float_copies():
     """20000x20000 uint16 (800 MB): numpy never holds more than a uint8 copy of the plane."""
     rng = np.random.default_rng(4)
     plane = np.zeros((20000, 20000), np.uint16)
@@ -94,17 +95,11 @@ def test_a_huge_uint16_plane_becomes_a_model_input_without_float_copies(monkeypa
     plane[5000:9000, 6000:12000] = 50000  # a bright object
     tracemalloc.start()
     try:
-        result = model_input(plane, 1024)
+        result = encoder_input(plane, SAM2)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert result.shape == (1024, 1024, 3) and result.dtype == np.uint8
+    assert result.shape == (4096, 4096, 1) and result.dtype == np.uint8
     assert peak < 1.2 * plane.size  # a float32 copy would be 1.6 GB; the uint8 plane is 400 MB
-    y0, y1, x0, x1 = (round(v * 1024 / 20000) for v in (5000, 9000, 6000, 12000))
+    y0, y1, x0, x1 = (round(v * 4096 / 20000) for v in (5000, 9000, 6000, 12000))
     assert (result[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2] == round(50000 * 255 / plane.max())).all()
-    # Resizing from uint8 stays within a grey level of the float path (checked on a smaller copy).
-    small = plane[:4200, :4200]
-    monkeypatch.setattr("triton_sam.image.LARGE_PLANE_PIXELS", 10**9)
-    exact = model_input(small, 1024).astype(int)
-    monkeypatch.undo()
-    assert np.abs(model_input(small, 1024).astype(int) - exact).max() <= 1

@@ -6,18 +6,12 @@ exported under another version instead of producing wrong masks.
 
 from __future__ import annotations
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2  # 2: the encoder takes the plane as it is and resizes it itself (SAM2, SAM3)
 
-# Encoder: one resized RGB image, HWC: uint8 (3 MiB per 1024x1024 image, 4x less than float32),
-# or int16 in 1/`ModelSpec.input_steps` grey levels where the official predictor keeps the resized
-# image's fractions and whole grey levels would move its masks (SAM3).
+# Encoder: one image, uint8 [B, H, W, C], C = 1 (grayscale, repeated to RGB in the encoder) or 3.
+# SAM2/SAM3 take any H x W (`ModelSpec.sent_hw`) and resize it in float in the graph, as their
+# official predictors do; SAM1 takes the image its `ResizeLongestSide` made on the client.
 ENCODER_INPUT = "image"
-
-
-def encoder_input_dtype(steps: int) -> str:
-    """numpy / torch name of the encoder input's dtype for `steps` values per grey level."""
-    return "uint8" if steps == 1 else "int16"
-
 
 # Decoder inputs besides the feature maps named in `ModelSpec.feature_shapes`.
 POINT_COORDS = "point_coords"  # float32 [B, P, 2], (x, y) in model input pixels

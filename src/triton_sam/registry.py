@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .contract import encoder_input_dtype
 from .errors import ModelNotFoundError
 
 
 # How an image becomes the encoder's input.
-STRETCH = "stretch"  # to input_size x input_size, aspect ratio ignored (SAM2)
-LONGEST_SIDE = "longest_side"  # longest side to input_size, aspect kept; the encoder pads (SAM1)
+STRETCH = "stretch"  # to input_size x input_size, aspect ratio ignored, in the encoder (SAM2)
+LONGEST_SIDE = "longest_side"  # longest side to input_size on the client, aspect kept; the encoder pads (SAM1)
+# A stretched model's client sends planes as they are up to this many times its input size per
+# side, and reduces longer sides itself first (bounds bytes per encode; see image.encoder_input).
+MAX_SENT_FACTOR = 4
 
 # How prompts become decoder points.
 SAM2_PROMPTS = "sam2"  # box corners before clicks; the decoder adds SAM2's padding point itself
@@ -36,10 +38,10 @@ class ModelSpec:
     resize: str = STRETCH
     prompt_format: str = SAM2_PROMPTS
     fill_hole_area: int = 0  # holes of at most this many low-res pixels are filled, as the official predictor does
-    input_steps: int = 1  # encoder input values per grey level: 1 (uint8) or 128 (int16, see contract.ENCODER_INPUT)
 
     def input_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
-        """(H, W) of the encoder input made from an image of `image_hw`."""
+        """(H, W) of the image the network sees, resized from an image of `image_hw` (prompts are
+        scaled to it)."""
         if self.resize == STRETCH:
             return self.input_size, self.input_size
         height, width = image_hw
@@ -47,9 +49,16 @@ class ModelSpec:
         return int(height * scale + 0.5), int(width * scale + 0.5)  # rounded as SAM1's ResizeLongestSide
 
     @property
-    def input_dtype(self) -> str:
-        """numpy / torch name of the encoder input's dtype."""
-        return encoder_input_dtype(self.input_steps)
+    def max_sent_side(self) -> int:
+        """Longest side of an image the client sends to the encoder."""
+        return MAX_SENT_FACTOR * self.input_size if self.resize == STRETCH else self.input_size
+
+    def sent_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
+        """(H, W) of the encoder input the client makes from an image of `image_hw`: the image
+        itself with sides capped at `max_sent_side` (stretch: the encoder resizes), or `input_hw` (SAM1)."""
+        if self.resize == STRETCH:
+            return min(image_hw[0], self.max_sent_side), min(image_hw[1], self.max_sent_side)
+        return self.input_hw(image_hw)
 
     @property
     def encoder_name(self) -> str:
@@ -119,7 +128,6 @@ _SAM3_TRACKER = ModelSpec(
     feature_shapes={"image_embed": (256, 72, 72), "high_res_feats_0": (32, 288, 288), "high_res_feats_1": (64, 144, 144)},
     low_res_size=288,
     fill_hole_area=256,
-    input_steps=128,  # its 32-block ViT turns whole-grey-level rounding into mask IoU 0.987
 )
 
 MODELS: dict[str, ModelSpec] = {

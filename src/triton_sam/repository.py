@@ -16,6 +16,7 @@ from .errors import ModelFileError, ModelNotFoundError
 from .registry import MODELS, ModelSpec
 
 ENV_MODEL_REPOSITORY = "TRITON_SAM_MODEL_REPOSITORY"
+ENCODER_FP32, ENCODER_FP16 = "fp32", "fp16"  # metadata `encoder_precision` (exports before it: fp32)
 
 
 def default_model_repository() -> Path:
@@ -48,6 +49,17 @@ class ExportedModel:
     decoder: Path
     metadata: dict
 
+    @property
+    def weights_id(self) -> str | None:
+        """Names the weights (and encoder precision) behind these files' features; None if unknown."""
+        weights = self.metadata.get("checkpoint_sha256") or (
+            f"seed-{self.metadata['seed']}" if "seed" in self.metadata else None
+        )
+        if weights is None:
+            return None
+        precision = self.metadata.get("encoder_precision", ENCODER_FP32)
+        return f"{self.spec.model_id}-{weights}" + ("" if precision == ENCODER_FP32 else f"-{precision}")
+
 
 def _setup_hint(spec: ModelSpec, repository: Path) -> str:
     return (
@@ -77,7 +89,7 @@ def locate(spec: ModelSpec, repository: Path | None = None) -> ExportedModel:
             )
         paths[component] = path
         metadata[component] = meta
-    return ExportedModel(spec, paths["encoder"], paths["decoder"], metadata["decoder"])
+    return ExportedModel(spec, paths["encoder"], paths["decoder"], metadata["encoder"])
 
 
 def exported_models(repository: Path | None = None) -> list[str]:

@@ -22,10 +22,8 @@ def test_encoder_config(model_id, tensorrt):
     assert config.name == spec.encoder_name and config.platform == "onnxruntime_onnx"
     assert config.max_batch_size > 0 and config.HasField("dynamic_batching")
     (image,) = config.input
-    expected_type = model_config_pb2.TYPE_UINT8 if spec.input_steps == 1 else model_config_pb2.TYPE_INT16  # SAM3
-    assert image.name == contract.ENCODER_INPUT and image.data_type == expected_type
-    side = spec.input_size if spec.resize == STRETCH else -1  # SAM1: longest side 1024, any aspect
-    assert list(image.dims) == [side, side, 3]
+    assert image.name == contract.ENCODER_INPUT and image.data_type == model_config_pb2.TYPE_UINT8
+    assert list(image.dims) == [-1, -1, -1]  # any size (the encoder resizes, or SAM1's client did), grey or RGB
     assert {o.name: tuple(o.dims) for o in config.output} == spec.feature_shapes
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
     assert config.model_warmup[0].inputs[contract.ENCODER_INPUT].zero_data
@@ -35,14 +33,13 @@ def test_encoder_config(model_id, tensorrt):
         assert accelerators[0].parameters["precision_mode"] == "FP16"
         assert accelerators[0].parameters["trt_engine_cache_enable"] == "1"
         profile = {k: v for k, v in accelerators[0].parameters.items() if k.startswith("trt_profile_")}
-        if spec.resize == STRETCH:
-            assert profile == {}
-        else:  # one profile for every aspect ratio and batch size the config allows
-            assert profile == {
-                "trt_profile_min_shapes": "image:1x1x1x3",
-                "trt_profile_opt_shapes": f"image:1x{spec.input_size}x{spec.input_size}x3",
-                "trt_profile_max_shapes": f"image:{config.max_batch_size}x{spec.input_size}x{spec.input_size}x3",
-            }
+        largest = spec.max_sent_side  # one profile for every image shape and batch size the config allows
+        assert profile == {
+            "trt_profile_min_shapes": "image:1x1x1x1",
+            "trt_profile_opt_shapes": f"image:1x{spec.input_size}x{spec.input_size}x3",
+            "trt_profile_max_shapes": f"image:{config.max_batch_size}x{largest}x{largest}x3",
+        }
+        assert largest == (4 * spec.input_size if spec.resize == STRETCH else spec.input_size)
     assert config.parameters["triton_sam_contract_version"].string_value == str(contract.CONTRACT_VERSION)
 
 

@@ -25,7 +25,7 @@ from .wire import CountingProxy, loopback_server
 
 
 def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
-    """`count` different resized images (the server caches by content, so repeats would not encode)."""
+    """`count` different encoder inputs (the server caches by content, so repeats would not encode)."""
     base = encoder_input(bench_image(shape), spec)
     return [np.roll(base, 7 * i, axis=1) for i in range(count)]
 

@@ -11,11 +11,14 @@ from functools import partial
 from pathlib import Path
 from types import ModuleType
 
+import onnx
+from onnx import TensorProto, helper
+
 from .. import __version__, contract
 from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
-from ..repository import onnx_path, write_metadata
+from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, write_metadata
 from ..server.models import python_model_source
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
 
@@ -47,11 +50,28 @@ def _family_module(spec: ModelSpec) -> ModuleType:
     raise InvalidInputError(f"Export of {spec.family} models is not supported.")
 
 
+# The session model's graph that gathers rows of its feature buffers (`python_model.GATHER_FILE`).
+GATHER_FILE = "gather_features.onnx"
+
+
+def gather_graph(spec: ModelSpec) -> onnx.ModelProto:
+    """`<name>_slots` [N, C, H, W] for each feature map and `rows` int64 [B] -> `<name>` [B, C, H, W]."""
+    nodes, inputs, outputs = [], [], []
+    for name, shape in spec.feature_shapes.items():
+        nodes.append(helper.make_node("Gather", [f"{name}_slots", "rows"], [name], axis=0))
+        inputs.append(helper.make_tensor_value_info(f"{name}_slots", TensorProto.FLOAT, ["N", *shape]))
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["B", *shape]))
+    inputs.append(helper.make_tensor_value_info("rows", TensorProto.INT64, ["B"]))
+    graph = helper.make_graph(nodes, "triton_sam_gather_features", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
 def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION_CACHE_SIZE) -> Path:
     """Write the python-backend session model of `spec` (it runs the encoder and decoder files)."""
     model_dir = Path(output) / spec.session_name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.py").write_text(python_model_source())
+    onnx.save(gather_graph(spec), model_dir / "1" / GATHER_FILE)
     (model_dir / "config.pbtxt").write_text(session_config(spec, cache_size))
     write_metadata(model_dir, _metadata(spec, "session"))
     return model_dir / "1" / "model.py"
@@ -65,8 +85,12 @@ def export_model(
     tensorrt: bool = False,
     progress=print,
     external_data: bool | None = None,
+    half: bool = False,
 ) -> list[Path]:
     """Export `spec` with a checkpoint's weights, or random weights from `seed`, into `output`.
+
+    `half` exports the encoder's backbone in float16 (for GPUs: faster, masks measured against
+    the float32 official predictor in BENCHMARKS.md); its inputs and outputs stay as the contract says.
 
     Each Triton model directory is written next to its final place and moved in only when
     complete, so an interrupted export never leaves a model that looks usable. The encoder's
@@ -78,11 +102,12 @@ def export_model(
     family = _family_module(spec)
     model = family.build_model(spec, checkpoint=checkpoint, seed=seed)
     weights = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint else {"checkpoint": "random-init", "seed": seed}
+    weights["encoder_precision"] = ENCODER_FP16 if half else ENCODER_FP32
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
     components = (
-        ("encoder", spec.encoder_name, partial(family.export_encoder, external_data=external_data), encoder_config),
+        ("encoder", spec.encoder_name, partial(family.export_encoder, external_data=external_data, half=half), encoder_config),
         ("decoder", spec.decoder_name, family.export_decoder, decoder_config),
     )
     for component, name, export_onnx, config in components:

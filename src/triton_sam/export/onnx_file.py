@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import tempfile
 from pathlib import Path
 
@@ -11,10 +12,20 @@ from torch import nn
 from .. import contract
 from ..registry import ModelSpec
 
-OPSET = 17
+OPSET = 18  # Resize with antialias (the encoder's resize)
 # Above this, weights go to `model.onnx.data` next to `model.onnx`: protobuf cannot hold 2 GB
 # (SAM1 vit_h's encoder is 2.5 GB). ONNX Runtime and Triton find the file through the model.
 EXTERNAL_DATA_BYTES = 2**30
+
+
+def half_copy(module: nn.Module) -> nn.Module:
+    """A float16 copy of `module` (the original stays float32: the decoder is exported from it)."""
+    return copy.deepcopy(module).half()
+
+
+def param_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype `module` computes in (that of its parameters)."""
+    return next(module.parameters()).dtype
 
 
 def external_data_path(path: Path) -> Path:

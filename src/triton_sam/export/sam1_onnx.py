@@ -1,8 +1,8 @@
 """Export SAM1 (`segment_anything`) and MobileSAM (`mobile_sam`) so that our pipeline reproduces
 `SamPredictor` exactly.
 
-The encoder takes the longest-side-resized uint8 image (any H x W with longest side 1024) and does
-what `Sam.preprocess` does: mean/std normalisation in 0..255, zero padding to 1024 x 1024.
+The encoder takes the longest-side-resized uint8 image (any H x W with longest side 1024, one grey
+or three RGB channels) and does what `Sam.preprocess` does: mean/std normalisation in 0..255, zero padding to 1024 x 1024.
 The decoder embeds points as `PromptEncoder` does, with clicks, box corners (labels 2, 3) and the
 padding point (label -1) all given by the client in SAM1's order (`registry.SAM1_PROMPTS`), and
 runs the mask decoder with one image embedding per prompt set. Needs the `export` extra.
@@ -20,8 +20,9 @@ from torch.nn import functional as F
 
 from .. import contract
 from ..registry import ModelSpec
+from . import sam2_onnx
 from .checkpoint import with_weights
-from .onnx_file import export_decoder_module, export_onnx
+from .onnx_file import export_decoder_module, half_copy, param_dtype
 
 # SAM1 has no object-score head: report "object present" (sigmoid ~ 1) for the shared contract.
 OBJECT_PRESENT_LOGIT = 10.0
@@ -38,17 +39,21 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
 
 
 class Encoder(nn.Module):
-    """uint8 [B, h, w, 3] (longest side 1024) -> image_embed [B, 256, 64, 64]."""
+    """uint8 [B, h, w, C] (longest side 1024; C = 1 grey or 3 RGB) -> image_embed [B, 256, 64, 64]."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, backbone: nn.Module | None = None) -> None:
+        """`backbone`: the image encoder to run (a float16 copy), by default `model`'s own."""
         super().__init__()
-        self.model = model
+        self.register_buffer("mean", model.pixel_mean.clone())
+        self.register_buffer("std", model.pixel_std.clone())
+        self.backbone = backbone or model.image_encoder
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
-        x = (image.permute(0, 3, 1, 2).float() - self.model.pixel_mean) / self.model.pixel_std
-        size = self.model.image_encoder.img_size
+        x = image.permute(0, 3, 1, 2).float().expand(-1, 3, -1, -1)
+        x = (x - self.mean) / self.std
+        size = self.backbone.img_size
         x = F.pad(x, (0, size - x.shape[-1], 0, size - x.shape[-2]))
-        return self.model.image_encoder(x)
+        return self.backbone(x.to(param_dtype(self.backbone))).float()
 
 
 class Decoder(nn.Module):
@@ -128,13 +133,13 @@ def batch_from_shape(model: nn.Module) -> Iterator[None]:
             hook.remove()
 
 
-def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
-    size = spec.input_size
-    image = torch.zeros(1, size * 3 // 4, size, 3, dtype=torch.uint8)  # any aspect: H and W are dynamic
-    names = list(spec.feature_shapes)
-    dynamic = {contract.ENCODER_INPUT: {0: "batch", 1: "height", 2: "width"}, **{n: {0: "batch"} for n in names}}
-    with batch_from_shape(model):
-        export_onnx(Encoder(model).eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)
+def export_encoder(
+    model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
+) -> None:
+    """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
+    encoder = Encoder(model, half_copy(model.image_encoder) if half else None)
+    with batch_from_shape(encoder.backbone):
+        sam2_onnx.export_image_encoder(encoder, spec, path, external_data)
 
 
 def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:

@@ -1,7 +1,8 @@
 """Export SAM2.1 to ONNX so that our pipeline reproduces `SAM2ImagePredictor` exactly.
 
-The encoder keeps everything the official `set_image` does after resizing: scaling to 0..1,
-mean/std normalisation, `no_mem_embed`, and the `conv_s0`/`conv_s1` high-resolution features.
+The encoder does everything the official `set_image` does: scaling to 0..1, the antialiased
+resize to the input size (in float, on the server's device), mean/std normalisation,
+`no_mem_embed`, and the `conv_s0`/`conv_s1` high-resolution features.
 The decoder reproduces `SAM2ImagePredictor._predict`: the prompt encoder (with its padding point),
 the mask decoder with high-resolution features, and the official single-mask choice.
 Needs the `export` extra (torch, sam2).
@@ -19,7 +20,8 @@ from torch import nn
 from .. import contract
 from ..registry import ModelSpec
 from .checkpoint import with_weights
-from .onnx_file import export_decoder_module, export_onnx
+from .onnx_file import export_decoder_module, export_onnx, half_copy, param_dtype
+from .resize import antialiased_resize
 
 _MEAN = (0.485, 0.456, 0.406)
 _STD = (0.229, 0.224, 0.225)
@@ -33,7 +35,7 @@ def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | Non
 
 
 class Encoder(nn.Module):
-    """HWC image batch (uint8, or int16 in 1/`spec.input_steps` grey levels) -> image_embed,
+    """uint8 image batch [B, H, W, C] (any H x W; C = 1 grey or 3 RGB) -> image_embed,
     high_res_feats_0, high_res_feats_1.
 
     Also serves SAM3's tracker, which differs only in its mean/std and in always adding
@@ -50,7 +52,7 @@ class Encoder(nn.Module):
     ) -> None:
         super().__init__()
         self.model = model
-        self.scale = 255.0 * spec.input_steps
+        self.size = spec.input_size
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1))
         shapes = spec.feature_shapes
@@ -59,15 +61,16 @@ class Encoder(nn.Module):
         self.add_no_mem_embed = model.directly_add_no_mem_embed if add_no_mem_embed is None else add_no_mem_embed
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        x = image.permute(0, 3, 1, 2).float() / self.scale
+        x = image.permute(0, 3, 1, 2).float() / 255.0  # as ToTensor, before the resize
+        x = antialiased_resize(x, self.size, self.size).expand(-1, 3, -1, -1)
         x = (x - self.mean) / self.std
-        backbone_out = self.model.forward_image(x)
+        backbone_out = self.model.forward_image(x.to(param_dtype(self.model)))
         _, vision_feats, _, _ = self.model._prepare_backbone_features(backbone_out)
         if self.add_no_mem_embed:
             vision_feats[-1] = vision_feats[-1] + self.model.no_mem_embed
         batch = image.shape[0]
         feats = [
-            feat.permute(1, 2, 0).reshape(batch, -1, *size)
+            feat.permute(1, 2, 0).reshape(batch, -1, *size).float()
             for feat, size in zip(vision_feats, self.feature_sizes)
         ]
         return feats[2], feats[0], feats[1]
@@ -127,16 +130,20 @@ def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[N
         del trunk._get_pos_embed
 
 
-def export_image_encoder(encoder: Encoder, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
-    """Export an `Encoder` for `spec`'s square input, batch dynamic."""
-    size = spec.input_size
-    image = torch.zeros(1, size, size, 3, dtype=getattr(torch, spec.input_dtype))
+def export_image_encoder(encoder: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+    """Export an encoder taking uint8 [B, H, W, C] images, all four dynamic."""
+    image = torch.zeros(1, 600, 800, 3, dtype=torch.uint8)  # not the input size: the resize must be traced
     names = list(spec.feature_shapes)
-    dynamic = {name: {0: "batch"} for name in [contract.ENCODER_INPUT, *names]}
+    dynamic = {contract.ENCODER_INPUT: {0: "batch", 1: "height", 2: "width", 3: "channels"}}
+    dynamic.update({name: {0: "batch"} for name in names})
     export_onnx(encoder.eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)
 
 
-def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+def export_encoder(
+    model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
+) -> None:
+    """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
+    model = half_copy(model) if half else model
     with constant_position_embedding(model.image_encoder.trunk, spec.input_size):
         export_image_encoder(Encoder(model, spec), spec, path, external_data)
 

@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 from ..registry import ModelSpec
 from . import sam2_onnx
 from .checkpoint import with_weights
+from .onnx_file import half_copy
 
 _MEAN = _STD = (0.5, 0.5, 0.5)
 
@@ -83,7 +84,11 @@ def real_valued_rope(trunk: nn.Module) -> Iterator[None]:
             del layer._apply_rope
 
 
-def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
+def export_encoder(
+    model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
+) -> None:
+    """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
+    model = half_copy(model) if half else model
     encoder = sam2_onnx.Encoder(model, spec, mean=_MEAN, std=_STD, add_no_mem_embed=True)
     with real_valued_rope(model.backbone.vision_backbone.trunk):
         sam2_onnx.export_image_encoder(encoder, spec, path, external_data)

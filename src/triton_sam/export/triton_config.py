@@ -9,7 +9,7 @@ the server so that a decode request carries only a handle and the prompts.
 from __future__ import annotations
 
 from .. import contract
-from ..registry import STRETCH, ModelSpec
+from ..registry import ModelSpec
 
 ENCODER_MAX_BATCH = 4
 DECODER_MAX_BATCH = 16
@@ -32,13 +32,11 @@ def _trt_block(profile: dict[str, str] | None = None) -> str:
     )
 
 
-def _encoder_profile(spec: ModelSpec) -> dict[str, str] | None:
-    """SAM1's encoder input varies in H and W (longest side `input_size`): one TensorRT profile
-    covers every aspect ratio and batch size instead of an engine built per shape."""
-    if spec.resize == STRETCH:
-        return None
-    side, name = spec.input_size, contract.ENCODER_INPUT
-    return {"min": f"{name}:1x1x1x3", "opt": f"{name}:1x{side}x{side}x3", "max": f"{name}:{ENCODER_MAX_BATCH}x{side}x{side}x3"}
+def _encoder_profile(spec: ModelSpec) -> dict[str, str]:
+    """The encoder input varies in H, W and channels (`ModelSpec.sent_hw`): one TensorRT profile
+    covers every image shape and batch size instead of an engine built per shape."""
+    name, side, largest = contract.ENCODER_INPUT, spec.input_size, spec.max_sent_side
+    return {"min": f"{name}:1x1x1x1", "opt": f"{name}:1x{side}x{side}x3", "max": f"{name}:{ENCODER_MAX_BATCH}x{largest}x{largest}x3"}
 
 
 def _tensor(name: str, data_type: str, dims: tuple[int, ...], optional: bool = False) -> str:
@@ -81,19 +79,9 @@ def _footer(spec: ModelSpec, component: str, tensorrt: bool, trt_profile: dict[s
     return text + (_trt_block(trt_profile) if tensorrt else "")
 
 
-def _image_dims(spec: ModelSpec) -> tuple[int, int, int]:
-    """HWC of the encoder input: fixed for a stretched square, variable up to input_size for SAM1."""
-    side = spec.input_size if spec.resize == STRETCH else -1
-    return side, side, 3
-
-
-def _input_type(spec: ModelSpec) -> str:
-    return f"TYPE_{spec.input_dtype.upper()}"
-
-
 def encoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
-    """config.pbtxt of the encoder: one HWC image in (`ModelSpec.input_dtype`), the feature maps out."""
-    image = (contract.ENCODER_INPUT, _input_type(spec), _image_dims(spec))
+    """config.pbtxt of the encoder: one uint8 HWC image of any size in, the feature maps out."""
+    image = (contract.ENCODER_INPUT, "TYPE_UINT8", (-1, -1, -1))
     outputs = [_tensor(name, "TYPE_FP32", shape) for name, shape in spec.feature_shapes.items()]
     return (
         _header(spec.encoder_name, ENCODER_MAX_BATCH)
@@ -167,7 +155,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
     """
     prompts = [i for i in decoder_inputs(spec) if i[0] in (contract.POINT_COORDS, contract.POINT_LABELS, contract.MASK_INPUT)]
     inputs = [
-        _tensor(contract.ENCODER_INPUT, _input_type(spec), _image_dims(spec), optional=True),
+        _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", (-1, -1, -1), optional=True),
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
     ] + [_tensor(*i, optional=True) for i in prompts]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in decoder_outputs(spec)]
@@ -183,7 +171,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
         + f"input {_tensors(inputs)}\n"
         + f"output {_tensors(outputs)}\n"
         # Cancelled hover decodes stay in the batcher's queue until it reaches them: room for 32+
-        # annotators (measured: 64 overflowed with 32 annotators hovering). Encodes hold 3 MiB each.
+        # annotators (measured: 64 overflowed with 32 annotators hovering). Encodes hold their image each.
         + _rejecting_batcher(queue_delay_us=0, timeout_us=10_000_000, max_queue=256)
         + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         + parameters
