@@ -1,13 +1,16 @@
 """triton-sam's Triton python-backend models; exported as `model.py` (see `TritonPythonModel`).
 
-Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An *encode* request sends the resized image (`image`, [B,H,W,3] uint8, or int16 for SAM3) and gets back a
+Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An *encode* request sends the image (`image`, [B,H,W,C] uint8, any size: the encoder resizes) and gets back a
 `handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
 gets mask logits back under the decoder's output names. Features live in a bounded LRU in this
 process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
 and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry.
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
-`1/model.onnx` it runs) and `cache_size` (images kept). What it did with each request is counted
+`1/model.onnx` it runs), `cache_size` (images kept) and `feature_buffers` ("auto": on a GPU the
+features stay in GPU memory, one slot per image, and the decoder reads them there; "on": the same
+buffers in host memory, for tests; "off": numpy arrays). Rows of a batched decode are gathered
+from the slots by `gather_features.onnx`, written next to this file. What it did with each request is counted
 on Triton's metrics endpoint as `triton_sam_session_requests_total{model, outcome}` (Triton's own
 statistics count a request cancelled here as a success).
 
@@ -31,6 +34,7 @@ import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"
+GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
 
 
@@ -46,27 +50,103 @@ class UnknownHandle(KeyError):
 
 
 class FeatureCache:
-    """Least-recently-used map of handle -> encoder outputs for one image."""
+    """Least-recently-used map of handle -> one image's encoder outputs as numpy arrays."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, names: list) -> None:
         self.capacity = max(1, capacity)
-        self._items: OrderedDict[str, dict] = OrderedDict()
+        self.names = names
+        self._items: OrderedDict = OrderedDict()
 
     def __contains__(self, handle: str) -> bool:
         return handle in self._items
 
-    def get(self, handle: str) -> dict:
+    def get(self, handle: str):
         try:
             self._items.move_to_end(handle)
         except KeyError:
             raise UnknownHandle(handle) from None
         return self._items[handle]
 
-    def put(self, handle: str, features: dict) -> None:
-        self._items[handle] = features
+    def _put(self, handle: str, entry) -> None:
+        self._items[handle] = entry
         self._items.move_to_end(handle)
         while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+            self._evicted(self._items.popitem(last=False)[1])
+
+    def _evicted(self, entry) -> None:
+        pass
+
+    def encode(self, handle: str, image: np.ndarray, encoder) -> None:
+        self._put(handle, dict(zip(self.names, encoder.run(self.names, {"image": image[None]}))))
+
+    def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
+        """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
+        feeds = {name: _joined([row[name] for row in rows]) for name in self.names}
+        return decoder.run(wanted, {**feeds, **prompts}, options)
+
+
+class BufferFeatureCache(FeatureCache):
+    """The same map, holding features in one ONNX Runtime buffer per output ([capacity, C, H, W],
+    on the GPU) with a slot per image: the encoder writes into the slot and the decoder reads
+    from it, so features never travel through host memory."""
+
+    def __init__(self, capacity: int, names: list, shapes: list, device: str, gather) -> None:
+        super().__init__(capacity, names)
+        self.device, self.shapes, self.gather = device, dict(zip(names, shapes)), gather
+        self.buffers = {
+            name: ort.OrtValue.ortvalue_from_shape_and_type([self.capacity, *shape], np.float32, device, 0)
+            for name, shape in self.shapes.items()
+        }
+        self.free = list(range(self.capacity))
+
+    def _evicted(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def _bind(self, binding, bind, name: str, slot: int) -> None:
+        """Bind `name` of one slot with `bind` (an input or output binder of `binding`)."""
+        row_bytes = 4 * int(np.prod(self.shapes[name]))
+        pointer = self.buffers[name].data_ptr() + slot * row_bytes
+        bind(name, self.device, 0, np.float32, [1, *self.shapes[name]], pointer)
+
+    def encode(self, handle: str, image: np.ndarray, encoder) -> None:
+        if not self.free:
+            self._evicted(self._items.popitem(last=False)[1])
+        slot = self.free.pop()
+        binding = encoder.io_binding()
+        binding.bind_cpu_input("image", np.ascontiguousarray(image[None]))
+        for name in self.names:
+            self._bind(binding, binding.bind_output, name, slot)
+        try:
+            encoder.run_with_iobinding(binding)
+        except Exception:
+            self.free.append(slot)
+            raise
+        self._put(handle, slot)
+
+    def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
+        binding = decoder.io_binding()
+        if len(rows) == 1:
+            for name in self.names:
+                self._bind(binding, binding.bind_input, name, rows[0])
+        else:
+            for name, value in zip(self.names, self._gathered(rows)):
+                binding.bind_ortvalue_input(name, value)
+        for name, array in prompts.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in wanted:
+            binding.bind_output(name, "cpu")
+        decoder.run_with_iobinding(binding, options)
+        return binding.copy_outputs_to_cpu()
+
+    def _gathered(self, slots: list) -> list:
+        """The rows of `slots` side by side in new device buffers [len(slots), C, H, W]."""
+        binding = self.gather.io_binding()
+        for name in self.names:
+            binding.bind_ortvalue_input(f"{name}_slots", self.buffers[name])
+            binding.bind_output(name, self.device)
+        binding.bind_cpu_input("rows", np.asarray(slots, np.int64))
+        self.gather.run_with_iobinding(binding)
+        return binding.get_outputs()
 
 
 def _has_cuda_device() -> bool:
@@ -123,7 +203,8 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         model_dir = Path(args["model_repository"])
         if params.get("triton_sam_component") == "session":
-            self.model = SessionModel(model_dir.parent, params, RequestCounts(config["name"]))
+            version_dir = model_dir / args["model_version"]
+            self.model = SessionModel(model_dir.parent, params, RequestCounts(config["name"]), version_dir)
         else:
             self.model = OnnxModel(model_dir / args["model_version"] / "model.onnx", config)
 
@@ -195,83 +276,106 @@ class SessionModel:
     and copies every row's features (measured: 16 clients got 5.7 decodes/s batched, 17.3 alone).
     """
 
-    def __init__(self, repository: Path, params: dict, counts: RequestCounts) -> None:
+    def __init__(self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path) -> None:
         self.counts = counts
         self.model_id = params["triton_sam_model_id"]
         self.encoder = _session(repository / params["encoder_model"] / "1" / "model.onnx")
-        self.feature_names = [output.name for output in self.encoder.get_outputs()]
         self.decoder = _session(repository / params["decoder_model"] / "1" / "model.onnx")
         low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
         self.low_res = low_res if isinstance(low_res, int) else 256
-        self.cache = FeatureCache(int(params.get("cache_size", "16")))
-        self.batch_decodes = "CUDAExecutionProvider" in self.decoder.get_providers()
+        on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
+        self.batch_decodes = on_gpu
+        self.cache = _feature_cache(self.encoder, params, on_gpu, model_dir)
 
     def run(self, requests) -> list:
         responses = {}
-        groups: dict = {}  # (points, outputs) -> [(request id, decoder feeds)]
-        for request in requests:
+        decodes = []
+        for request in requests:  # encodes first: decodes then see slots no later encode can reuse
             try:
                 if pb_utils.get_input_tensor_by_name(request, "image") is not None:
                     responses[id(request)] = self._encode(request)
-                    continue
-                feeds = self._decode_feeds(request)
+                else:
+                    decodes.append(request)
+            except ValueError as error:
+                self.counts.add("failed")
+                responses[id(request)] = _failure(error)
+        groups: dict = {}  # (points, outputs) -> [(request id, request, rows, prompts)]
+        for request in decodes:
+            try:
+                rows, prompts = self._decode_inputs(request)
             except (UnknownHandle, ValueError, KeyError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
                 continue
-            key = (feeds["point_coords"].shape[1], tuple(_wanted(request, DECODE_OUTPUTS)))
+            key = (prompts["point_coords"].shape[1], tuple(_wanted(request, DECODE_OUTPUTS)))
             if not self.batch_decodes:
                 key += (id(request),)
-            groups.setdefault(key, []).append((id(request), request, feeds))
+            groups.setdefault(key, []).append((id(request), request, rows, prompts))
         for (_, wanted, *_), members in groups.items():
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
 
     def _encode(self, request):
         images = pb_utils.get_input_tensor_by_name(request, "image").as_numpy()
+        if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
+            raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
         handles = [image_handle(image, self.model_id) for image in images]
         for handle, image in zip(handles, images):
             if handle not in self.cache:
-                outputs = self.encoder.run(self.feature_names, {"image": image[None]})
-                self.cache.put(handle, dict(zip(self.feature_names, outputs)))
+                self.cache.encode(handle, image, self.encoder)
         self.counts.add("encoded")
         return _response(["handle"], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
 
-    def _decode_feeds(self, request) -> dict:
-        """Decoder inputs of one request: its rows' cached features and prompts."""
+    def _decode_inputs(self, request) -> tuple:
+        """One request's rows (cached features, one per prompt set) and prompt tensors."""
         handles = _required(request, "handle").reshape(-1)
         coords = _required(request, "point_coords").astype(np.float32)
         labels = _required(request, "point_labels").astype(np.int32)
         batch = len(handles)
         if coords.shape[0] != batch or labels.shape[:2] != coords.shape[:2]:
             raise ValueError(f"handle {handles.shape}, point_coords {coords.shape}, point_labels {labels.shape} disagree")
-        per_row = [self.cache.get(_text(h)) for h in handles]
-        feeds = {name: _joined([row[name] for row in per_row]) for name in self.feature_names}
+        rows = [self.cache.get(_text(h)) for h in handles]
         mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
         has_mask = mask is not None
-        feeds.update(
-            point_coords=coords,
-            point_labels=labels,
-            mask_input=mask.as_numpy() if has_mask else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
-            has_mask_input=np.full((batch, 1), float(has_mask), np.float32),
-        )
-        return feeds
+        prompts = {
+            "point_coords": coords,
+            "point_labels": labels,
+            "mask_input": mask.as_numpy() if has_mask else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
+            "has_mask_input": np.full((batch, 1), float(has_mask), np.float32),
+        }
+        return rows, prompts
 
     def _decode_together(self, wanted: list, members: list) -> dict:
         """One decoder run for several requests' rows; each request gets its own rows back."""
-        feeds = {name: _joined([f[name] for _, _, f in members]) for name in members[0][2]}
+        rows = [row for _, _, request_rows, _ in members for row in request_rows]
+        prompts = {name: _joined([p[name] for _, _, _, p in members]) for name in members[0][3]}
         try:
-            outputs = _run_cancellable(self.decoder, wanted, feeds, [request for _, request, _ in members])
+            outputs = _run_cancellable(
+                lambda options: self.cache.run_decoder(self.decoder, wanted, rows, prompts, options),
+                [request for _, request, _, _ in members],
+            )
         except Cancelled as error:
             self.counts.add("cancelled_running", len(members))
-            return {request_id: _failure(error) for request_id, _, _ in members}
+            return {request_id: _failure(error) for request_id, _, _, _ in members}
         self.counts.add("decoded", len(members))
         responses, start = {}, 0
-        for request_id, _, member in members:
-            rows = len(member["point_coords"])
-            responses[request_id] = _response(wanted, [o[start : start + rows] for o in outputs])
-            start += rows
+        for request_id, _, request_rows, _ in members:
+            responses[request_id] = _response(wanted, [o[start : start + len(request_rows)] for o in outputs])
+            start += len(request_rows)
         return responses
+
+
+def _feature_cache(encoder, params: dict, on_gpu: bool, model_dir: Path) -> FeatureCache:
+    """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
+    capacity = int(params.get("cache_size", "16"))
+    names = [output.name for output in encoder.get_outputs()]
+    buffers = params.get("feature_buffers", "auto")
+    if buffers == "off" or (buffers == "auto" and not on_gpu):
+        return FeatureCache(capacity, names)
+    device = "cuda" if on_gpu else "cpu"
+    gather = _session(model_dir / GATHER_FILE)
+    shapes = [output.shape[1:] for output in encoder.get_outputs()]
+    return BufferFeatureCache(capacity, names, shapes, device, gather)
 
 
 def _joined(arrays: list) -> np.ndarray:
@@ -280,8 +384,9 @@ def _joined(arrays: list) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def _run_cancellable(session, names: list, feeds: dict, requests: list) -> list:
-    """`session.run`, stopped (ONNX Runtime terminate) as soon as every request is cancelled.
+def _run_cancellable(run, requests: list) -> list:
+    """`run(options)` of an ONNX Runtime session, stopped (`options.terminate`) as soon as every
+    request is cancelled.
 
     A hover decode superseded while it runs thus frees the instance within milliseconds instead
     of making the newest request wait behind it.
@@ -298,7 +403,7 @@ def _run_cancellable(session, names: list, feeds: dict, requests: list) -> list:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        return session.run(names, feeds, options)
+        return run(options)
     except Exception as error:
         if options.terminate:
             raise Cancelled() from error

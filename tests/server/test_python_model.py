@@ -1,0 +1,157 @@
+"""The Triton python model run in this process, with a stand-in for Triton's
+`triton_python_backend_utils`: its constants agree with the client's, and the session model's
+feature buffers (how it keeps features in GPU memory) give what its numpy cache gives."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from synthetic import disk_image
+from triton_sam import contract
+from triton_sam.embeddings import content_signature
+from triton_sam.export import GATHER_FILE
+from triton_sam.image import encoder_input
+from triton_sam.registry import get_model
+
+TINY = get_model("sam2.1_hiera_tiny")
+
+
+class _Tensor:
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self.name, self.array = name, array
+
+    def as_numpy(self) -> np.ndarray:
+        return self.array
+
+
+class _Response:
+    def __init__(self, output_tensors=None, error=None) -> None:
+        self.outputs = {t.name: t.array for t in output_tensors or []}
+        self.error = error
+
+
+class _Error:
+    CANCELLED, NOT_FOUND, INVALID_ARG = "CANCELLED", "NOT_FOUND", "INVALID_ARG"
+
+    def __init__(self, message: str, code: str) -> None:
+        self.message, self.code = message, code
+
+
+class _Request:
+    def __init__(self, **inputs: np.ndarray) -> None:
+        self.inputs = inputs
+
+    def requested_output_names(self) -> list[str]:
+        return []
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+def _stub_backend_utils() -> types.ModuleType:
+    stub = types.ModuleType("triton_python_backend_utils")
+    stub.Tensor, stub.InferenceResponse, stub.TritonError = _Tensor, _Response, _Error
+    stub.get_input_tensor_by_name = lambda request, name: (
+        _Tensor(name, request.inputs[name]) if name in request.inputs else None
+    )
+    return stub
+
+
+@pytest.fixture(scope="module")
+def python_model():
+    from triton_sam.server import models
+
+    stub = _stub_backend_utils()
+    saved = sys.modules.get(stub.__name__)
+    sys.modules[stub.__name__] = stub
+    try:
+        path = models.__path__[0] + "/python_model.py"
+        loader = importlib.util.spec_from_file_location("triton_sam_python_model_under_test", path)
+        module = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(module)
+        yield module
+    finally:
+        if saved is None:
+            del sys.modules[stub.__name__]
+        else:
+            sys.modules[stub.__name__] = saved
+
+
+class _NoCounts:
+    def add(self, outcome: str, count: int = 1) -> None:
+        pass
+
+
+def _session_model(python_model, repository, buffers: str, cache_size: int = 16):
+    params = {
+        "triton_sam_model_id": TINY.model_id,
+        "encoder_model": TINY.encoder_name,
+        "decoder_model": TINY.decoder_name,
+        "cache_size": str(cache_size),
+        "feature_buffers": buffers,
+    }
+    return python_model.SessionModel(repository, params, _NoCounts(), repository / TINY.session_name / "1")
+
+
+def test_the_python_model_shares_the_clients_constants_and_content_hash(python_model):
+    assert python_model.UNKNOWN_HANDLE == contract.UNKNOWN_HANDLE
+    assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
+    assert python_model.GATHER_FILE == GATHER_FILE
+    image = encoder_input(disk_image(30, 40, [(10, 10, 5)]), TINY)
+    assert python_model.image_handle(image, TINY.model_id) == content_signature(image, TINY.model_id)
+
+
+def _images() -> list[np.ndarray]:
+    disks = [[(60, 50, 25)], [(30, 80, 20), (100, 30, 15)], [(70, 70, 40)]]
+    return [encoder_input(disk_image(120, 140 + 10 * i, d), TINY) for i, d in enumerate(disks)]
+
+
+def _encode(model, image: np.ndarray) -> str:
+    (response,) = model.run([_Request(image=image[None])])
+    return response.outputs[contract.HANDLE][0, 0].decode()
+
+
+def _decode(model, handles: list[str], points: list) -> _Response:
+    request = _Request(
+        handle=np.array([[h.encode()] for h in handles], dtype=np.object_),
+        point_coords=np.array(points, np.float32),
+        point_labels=np.ones((len(handles), len(points[0])), np.int32),
+    )
+    (response,) = model.run([request])
+    return response
+
+
+def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_reused(python_model, synthetic_repository):
+    """Buffers in host memory run the code a GPU runs: slots written by the encoder, one row read
+    in place, several gathered; a full cache evicts the oldest image and reuses its slot."""
+    plain = _session_model(python_model, synthetic_repository, "off", cache_size=2)
+    buffered = _session_model(python_model, synthetic_repository, "on", cache_size=2)
+    assert isinstance(buffered.cache, python_model.BufferFeatureCache)
+    first, second, third = _images()
+    handles = [_encode(model, first) for model in (plain, buffered)]
+    assert handles[0] == handles[1]
+    a = _encode(buffered, second)
+    _encode(plain, second)
+    for rows, points in (([a], [[[512.0, 400.0]]]), ([handles[0], a], [[[500.0, 500.0]], [[200.0, 800.0]]])):
+        expected, ours = _decode(plain, rows, points), _decode(buffered, rows, points)
+        assert ours.error is None and set(ours.outputs) == set(contract.DECODER_OUTPUTS)
+        for name, array in expected.outputs.items():
+            np.testing.assert_array_equal(ours.outputs[name], array)
+    c = _encode(buffered, third)  # evicts the first image: its slot now holds the third
+    _encode(plain, third)
+    assert _decode(buffered, [handles[0]], [[[1.0, 1.0]]]).error.code == _Error.NOT_FOUND
+    expected, ours = _decode(plain, [c, a], [[[300.0, 300.0]], [[600.0, 100.0]]]), _decode(buffered, [c, a], [[[300.0, 300.0]], [[600.0, 100.0]]])
+    for name, array in expected.outputs.items():
+        np.testing.assert_array_equal(ours.outputs[name], array)
+
+
+def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthetic_repository):
+    model = _session_model(python_model, synthetic_repository, "on")
+    (response,) = model.run([_Request(image=np.zeros((1, 8, 8, 2), np.uint8))])
+    assert response.error.code == _Error.INVALID_ARG and "uint8 [B, H, W, 1 or 3]" in response.error.message
+    assert len(model.cache.free) == model.cache.capacity
