@@ -43,7 +43,9 @@ def _export(args, checkpoint: Path | None = None) -> None:
     try:
         from .export import export_model
 
-        paths = export_model(get_model(args.model), args.output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt)
+        paths = export_model(
+            get_model(args.model), args.output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt, half=args.fp16
+        )
     except ImportError as error:
         raise TritonSamError(
             f"Export needs PyTorch and the model's official package ({error}). Install them with: "
@@ -112,13 +114,27 @@ def _cmd_bench_gui(args) -> None:
 def _cmd_bench(args) -> None:
     from .bench import predictor
 
-    result = predictor.run(args.model, encodes=args.encodes, decodes=args.decodes, shape=tuple(args.shape))
+    result = predictor.run(
+        args.model,
+        encodes=args.encodes,
+        decodes=args.decodes,
+        shape=tuple(args.shape),
+        device=args.device,
+        half=args.fp16,
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    for key in ("ref_encode", "ours_encode", "ref_decode", "ours_decode"):
-        print(f"{key:12s} median {result[key]['median_ms']:8.1f} ms   p95 {result[key]['p95_ms']:8.1f} ms")
-    print(f"encode ratio (ours/official) {result['encode_ratio']:.2f}, decode ratio {result['decode_ratio']:.2f}")
+    for key in (k for k in result if k.endswith(("_encode", "_decode"))):
+        print(f"{key:16s} median {result[key]['median_ms']:8.1f} ms   p95 {result[key]['p95_ms']:8.1f} ms")
+    for key in (k for k in result if "_ratio" in k):
+        print(f"{key} (ours/official) {result[key]:.2f}")
+
+
+def _cmd_bench_parity(args) -> None:
+    from .bench import parity
+
+    print(json.dumps(parity.run(args.model, device=args.device, half=args.fp16), indent=2))
 
 
 def _cmd_bench_all(args) -> None:
@@ -206,6 +222,7 @@ def _add_download_options(parser: argparse.ArgumentParser) -> None:
 def _add_export_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=default_model_repository(), help="Triton model repository")
     parser.add_argument("--tensorrt", action="store_true", help="add the TensorRT FP16 accelerator to config.pbtxt")
+    parser.add_argument("--fp16", action="store_true", help="encoder backbone in float16: for GPUs (see BENCHMARKS.md)")
 
 
 def _add_bench_options(parser: argparse.ArgumentParser) -> None:
@@ -271,7 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
     kinds = bench.add_subparsers(dest="kind", required=True)
     bench_predictor = kinds.add_parser("predictor", help="local engine vs the model's official predictor")
     _add_bench_options(bench_predictor)
+    bench_predictor.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the official predictor runs")
+    bench_predictor.add_argument("--fp16", action="store_true", help="ours with a float16 encoder backbone")
     bench_predictor.set_defaults(func=_cmd_bench)
+    bench_parity = kinds.add_parser("parity", help="masks and scores vs the official predictor on the parity images (JSON)")
+    bench_parity.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_parity.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the official predictor runs")
+    bench_parity.add_argument("--fp16", action="store_true", help="ours with a float16 encoder backbone")
+    bench_parity.set_defaults(func=_cmd_bench_parity)
     bench_triton = kinds.add_parser("triton", help="Triton (local server) vs local engine: latency, bytes, throughput")
     _add_bench_options(bench_triton)
     bench_triton.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from conftest import PARITY_SEED, require_export_extra
 from triton_sam import Predictor
+from triton_sam.bench.parity import mask_iou, parity_images, prompt_sets, rgb
 from triton_sam.registry import get_model
 
 pytestmark = pytest.mark.parity
@@ -24,34 +24,15 @@ MIN_IOU = 0.99
 SCORE_TOL = 1e-3
 MODELS = ["sam2.1_hiera_tiny", "sam_vit_b", "mobile_sam", "sam3_tracker"]
 # The small grayscale image, upscaled 3x to 1008 px, is where SAM3 is most sensitive to its input
-# (whole-grey-level rounding gave IoU 0.987 there; see registry's input_steps).
+# (resizing on the client and rounding to whole grey levels gave IoU 0.987 there).
 ONE_IMAGE = {"sam3_tracker": "gray_coins"}
 
 
-def _images() -> dict[str, np.ndarray]:
-    from skimage import data
-
-    astronaut = data.astronaut()
-    return {
-        "rgb_777x1311": np.asarray(Image.fromarray(astronaut).resize((1311, 777), Image.BILINEAR)),
-        "gray_coins": data.coins(),  # 303x384 grayscale
-        "large_2100x1500": np.asarray(Image.fromarray(data.coffee()).resize((1500, 2100), Image.BILINEAR)),
-    }
-
-
 def _prompt_sets(h: int, w: int) -> list[tuple[str, dict]]:
-    def pt(fx, fy):
-        return [w * fx, h * fy]
-
     box = [w * 0.2, h * 0.25, w * 0.7, h * 0.8]
-    return [
-        ("one point", dict(point_coords=[pt(0.5, 0.5)], point_labels=[1])),
-        ("pos and neg points", dict(point_coords=[pt(0.4, 0.4), pt(0.6, 0.5), pt(0.1, 0.9), pt(0.8, 0.2)], point_labels=[1, 1, 0, 0])),
-        ("box", dict(box=box)),
-        ("box and points", dict(box=box, point_coords=[pt(0.5, 0.5), pt(0.25, 0.3)], point_labels=[1, 0])),
-        ("batched points", dict(point_coords=[[pt(0.3, 0.3)], [pt(0.7, 0.6)]], point_labels=[[1], [1]])),
+    return prompt_sets(h, w) + [
+        ("batched points", dict(point_coords=[[[w * 0.3, h * 0.3]], [[w * 0.7, h * 0.6]]], point_labels=[[1], [1]])),
         ("batched boxes", dict(box=[box, [w * 0.05, h * 0.05, w * 0.4, h * 0.3]])),
-        ("image corner", dict(point_coords=[[0.0, 0.0], [w, h]], point_labels=[1, 0])),
     ]
 
 
@@ -95,15 +76,14 @@ def predictors(request, exported_repository):
     return _reference(request.param), Predictor(request.param, model_repository=repository)
 
 
-@pytest.fixture(scope="module", params=list(_images()))
+@pytest.fixture(scope="module", params=list(parity_images()))
 def image_pair(request, predictors):
     reference, ours = predictors
     if ONE_IMAGE.get(ours.spec.model_id, request.param) != request.param:
         pytest.skip(f"{ours.spec.model_id} is compared on {ONE_IMAGE[ours.spec.model_id]} only (time)")
-    image = _images()[request.param]
-    ours.set_image(image)
-    # The reference gets exactly the RGB uint8 image our conversion produces.
-    reference.set_image(np.repeat(image[..., None], 3, axis=2) if image.ndim == 2 else image)
+    image = parity_images()[request.param]
+    ours.set_image(image)  # grayscale is sent as one channel; the official predictor takes RGB
+    reference.set_image(rgb(image))
     return reference, ours, image.shape[:2]
 
 
@@ -115,8 +95,7 @@ def _assert_same(reference_out, ours_out, label: str) -> None:
     flat_ours = masks.reshape(-1, *masks.shape[-2:])
     flat_ref = ref_bool.reshape(-1, *masks.shape[-2:])
     for ours_mask, ref_mask in zip(flat_ours, flat_ref):
-        union = (ours_mask | ref_mask).sum()
-        iou = 1.0 if union == 0 else (ours_mask & ref_mask).sum() / union
+        iou = mask_iou(ours_mask, ref_mask)
         assert iou >= MIN_IOU, f"{label}: mask IoU {iou:.4f}"
     np.testing.assert_allclose(scores, ref_scores, atol=SCORE_TOL, err_msg=label)
 
@@ -166,7 +145,7 @@ def test_exported_encoder_batches_like_triton_dynamic_batching_needs(model_id, e
     spec = get_model(model_id)
     session = ort.InferenceSession(str(locate(spec, exported_repository(model_id)).encoder))
     rng = np.random.default_rng(0)
-    images = rng.integers(0, 256, (2, *spec.input_hw((768, 1024)), 3), dtype=np.uint8)
+    images = rng.integers(0, 256, (2, *spec.sent_hw((768, 1024)), 3), dtype=np.uint8)
     batched = session.run(None, {"image": images})
     single = session.run(None, {"image": images[1:]})
     for b, s in zip(batched, single):

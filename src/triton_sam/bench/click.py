@@ -18,6 +18,7 @@ from ..engines import create_engine
 from ..registry import get_model
 from ..session import InteractiveSession
 from . import summarize, timed
+from .parity import mask_iou
 from .predictor import bench_image, exported_repository, official_predictor
 from .wire import loopback_server
 
@@ -33,11 +34,6 @@ def _our_click(session: InteractiveSession, x: float, y: float) -> np.ndarray | 
     return None if committed is None else committed.mask
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
-
-
 def run(
     model_id: str = "sam2.1_hiera_tiny",
     clicks: int = 20,
@@ -45,7 +41,9 @@ def run(
     seed: int = 0,
     backends: tuple[str, ...] = ("local", "triton"),
     workdir: Path = Path(".bench"),
+    device: str = "cpu",
 ) -> dict:
+    """Click to committed mask for each backend and for the official predictor on `device`."""
     import torch
 
     spec = get_model(model_id)
@@ -53,8 +51,8 @@ def run(
     image = bench_image(shape)
     rng = np.random.default_rng(seed)
     points = [(rng.uniform(0, shape[1] - 1), rng.uniform(0, shape[0] - 1)) for _ in range(clicks)]
-    reference = official_predictor(model_id, seed)
-    result = {"benchmark": "click", "model": model_id, "image_shape": list(shape), "clicks": clicks}
+    reference = official_predictor(model_id, seed, device)
+    result = {"benchmark": "click", "model": model_id, "image_shape": list(shape), "clicks": clicks, "reference_device": device}
     with ExitStack() as stack, torch.inference_mode():
         sessions = {}
         for backend in backends:
@@ -79,7 +77,7 @@ def run(
             for backend, session in sessions.items():
                 times[backend].append(timed(lambda: masks.__setitem__(backend, _our_click(session, x, y))))
                 if masks[backend] is not None:
-                    ious[backend].append(_iou(masks[backend], masks["reference"]))
+                    ious[backend].append(mask_iou(masks[backend], masks["reference"]))
     result["reference_ms"] = summarize(times["reference"])
     for backend in backends:
         result[backend] = {

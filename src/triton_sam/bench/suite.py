@@ -105,11 +105,14 @@ def run_all(
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Run the benchmarks of `profile` (or `only` those) and write their results to `output`.
+    On a machine with a GPU the official predictor runs there.
 
     `soak_s` overrides the profile's memory soak (the full profile keeps it short to stay within
     15 minutes; `--soak-minutes 10` for the long one).
     """
     settings = {name: dict(options) for name, options in PROFILES[profile].items()}
+    if cuda_device_count() > 0:  # the official predictor on the GPU too
+        settings["predictor"]["device"] = settings["click"]["device"] = "cuda"
     if soak_s is not None:
         settings["memory"]["soak_s"] = soak_s
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}

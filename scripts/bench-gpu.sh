@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU figures of BENCHMARKS.md (issue #16). Needs a machine with an NVIDIA GPU where triton-sam
+# runs on onnxruntime-gpu with the export extra (torch, sam2); the `triton` part also needs the
+# server environment (`triton-sam server-env`, or $TRITON_SAM_SERVER_PYTHON).
+# Usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|all]     (JSON and logs land in OUTDIR;
+#        MODELS="sam2.1_hiera_tiny" picks the models of the local part, HOVER=0 skips its hover run)
+set -uo pipefail
+out=${1:?usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|all]}
+part=${2:-all}
+mkdir -p "$out"
+PYTHON=${PYTHON:-python3}
+
+run() {  # run NAME COMMAND...: stdout to NAME.json, stderr to NAME.log; a failure does not stop the rest
+    local name=$1
+    shift
+    echo "== $name ($(date +%T))" >&2
+    "$@" >"$out/$name.json" 2>"$out/$name.log" || echo "FAILED: $name (see $out/$name.log)" >&2
+}
+
+if [[ $part != triton ]]; then
+    for model in ${MODELS:-sam2.1_hiera_tiny sam2.1_hiera_large}; do
+        for fp16 in "" --fp16; do
+            tag=$model${fp16:+-fp16}
+            run "predictor-$tag" "$PYTHON" -m triton_sam.cli bench predictor --device cuda --model "$model" $fp16 --encodes 20 --decodes 50 --json
+            run "parity-$tag" "$PYTHON" -m triton_sam.cli bench parity --device cuda --model "$model" $fp16
+        done
+    done
+    [[ ${HOVER:-1} == 1 ]] && run hover-local "$PYTHON" -m triton_sam.cli bench hover --backends local --duration 30
+fi
+if [[ $part != local ]]; then
+    run hover-triton "$PYTHON" -m triton_sam.cli bench hover --backends triton --duration 30
+    run suite-triton "$PYTHON" -m triton_sam.cli bench all --only click annotators --output "$out/suite-triton-results.json"
+fi
