@@ -160,7 +160,8 @@ def _cmd_bench_all(args) -> None:
 def _cmd_bench_report(args) -> None:
     from .bench import report
 
-    written = report.write(report.merge([json.loads(path.read_text()) for path in args.results]), args.plots, args.markdown)
+    results = report.merge([json.loads(path.read_text()) for path in args.results])
+    written = report.write(results, args.plots, args.markdown, gpu=args.gpu)
     print("Wrote " + ", ".join(str(path) for path in written))
 
 
@@ -332,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_report.add_argument("results", type=Path, nargs="+", help="results files; a later one's benchmarks replace an earlier one's")
     bench_report.add_argument("--plots", type=Path, default=Path("docs/benchmarks"))
     bench_report.add_argument("--markdown", type=Path, default=Path("BENCHMARKS.md"))
+    bench_report.add_argument("--gpu", type=Path, default=None, help="a directory of `scripts/bench-gpu.sh` results (GPU section)")
     bench_report.set_defaults(func=_cmd_bench_report)
     return parser
 

@@ -6,6 +6,7 @@ issues, and each row says whether the run met them.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402 (after choosing the non-interactiv
 
 REPRODUCE = (
     "triton-sam bench all && triton-sam bench all --only memory --soak-minutes 10 "
-    "--output bench-results/soak.json && triton-sam bench report bench-results/results.json bench-results/soak.json"
+    "--output bench-results/soak.json && triton-sam bench report bench-results/results.json bench-results/soak.json "
+    "--gpu docs/benchmarks/gpu-h100"
 )
 
 
@@ -44,11 +46,57 @@ def _machine(results: dict) -> str:
 
 
 def _predictor(r: dict) -> str:
+    decode = r["decode_ratio"]
     rows = [
         ["encode (`set_image`)", _ms(r["ref_encode"]["median_ms"]), _ms(r["ours_encode"]["median_ms"]), f"{r['encode_ratio']:.2f}", "<= 0.7", _verdict(r["encode_ratio"], 0.7)],
-        ["decode (`predict`)", _ms(r["ref_decode"]["median_ms"]), _ms(r["ours_decode"]["median_ms"]), f"{r['decode_ratio']:.2f}", "<= 0.3", _verdict(r["decode_ratio"], 0.3)],
+        ["decode (`predict`)", _ms(r["ref_decode"]["median_ms"]), _ms(r["ours_decode"]["median_ms"]), f"{decode:.2f}", "<= 0.5 (#16); <= 0.3 (first wave)", f"{_verdict(decode, 0.5)}; {_verdict(decode, 0.3)}"],
     ]
     return _table(["median ms", "official PyTorch", "ours (local ORT)", "ratio", "goal", ""], rows)
+
+
+def _gpu_predictor(runs: dict[str, dict]) -> str:
+    rows = []
+    for r in runs.values():
+        model = f"{r['model']} ({r['encoder_precision']} encoder)"
+        for step, goal, reference in (("encode", "<= bf16", "ref_bf16"), ("decode", "<= 0.5x fp32", "ref")):
+            ratio = r[f"ours_{step}"]["median_ms"] / r[f"{reference}_{step}"]["median_ms"]
+            verdict = _verdict(ratio, 1.0 if step == "encode" else 0.5)
+            rows.append([model, "`set_image`" if step == "encode" else "`predict`", _ms(r[f"ref_{step}"]["median_ms"]),
+                         _ms(r[f"ref_bf16_{step}"]["median_ms"]), _ms(r[f"ours_{step}"]["median_ms"]), f"{ratio:.2f}", goal, verdict])
+    return _table(["model", "call", "official fp32", "official bf16", "ours", "ours / goal's reference", "goal", ""], rows)
+
+
+def _gpu_parity(runs: dict[str, dict]) -> str:
+    rows = []
+    for r in runs.values():
+        images = {k: v for k, v in r.items() if isinstance(v, dict)}
+        for candidate, label in (("ours", f"ours, {r['encoder_precision']} encoder"), ("official_bf16", "official, bf16 autocast")):
+            if candidate == "official_bf16" and r["encoder_precision"] != "fp32":
+                continue  # the same official run as next to the fp32 export
+            worst = min(images.values(), key=lambda v: v[candidate]["min_iou"])[candidate]
+            rows.append([r["model"], label, f"{worst['min_iou']:.4f}", f"{min(v[candidate]['median_iou'] for v in images.values()):.4f}",
+                         f"{max(v[candidate]['max_score_diff'] for v in images.values()):.1e}", str(sum(v[candidate]["masks"] for v in images.values()))])
+    return _table(["model", "masks from", "min IoU", "lowest median IoU", "max score diff", "masks"], rows)
+
+
+def gpu_section(directory: Path) -> str:
+    """The GPU section from a directory of `scripts/bench-gpu.sh` results and its machine.json."""
+    about = json.loads((directory / "machine.json").read_text())
+    load = {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json")) if p.name != "machine.json"}
+    predictor = {k: v for k, v in load.items() if k.startswith("predictor-")}
+    parity = {k: v for k, v in load.items() if k.startswith("parity-")}
+    text = [f"## GPU\n\nMeasured on: {about['machine']}. Command: `{about['command']}`; 977x1531 RGB, one point, multimask; "
+            "the official predictor runs on the same GPU, calls alternate.\n",
+            "### Local engine vs the official predictor\n\n" + _gpu_predictor(predictor),
+            "### Agreement with the official float32 predictor on the GPU (parity images and prompts)\n\n" + _gpu_parity(parity)]
+    hover = load.get("hover-local", {}).get("local")
+    if hover:
+        ours, single = hover["ours"]["latency_ms"], hover["single_decode"]
+        text.append(f"### Hover, local engine on the GPU\n\nOne preview decode (mask at full size) {single['median_ms']:.1f} ms median; "
+                    f"our session on the {load['hover-local']['duration_s']:.0f} s, {load['hover-local']['rate_hz']:.0f} Hz trace: event to mask "
+                    f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n")
+    text.append("### Not measured\n\n" + "\n".join(f"- {line}" for line in about["not_measured"]) + "\n")
+    return "\n".join(text)
 
 
 def _triton(r: dict) -> str:
@@ -203,8 +251,9 @@ def merge(runs: list[dict]) -> dict:
     return merged
 
 
-def write(results: dict, plots: Path, markdown: Path) -> list[Path]:
-    """Write the plots into `plots` and the tables into `markdown`; returns what was written."""
+def write(results: dict, plots: Path, markdown: Path, gpu: Path | None = None) -> list[Path]:
+    """Write the plots into `plots` and the tables into `markdown` (with the GPU results in `gpu`,
+    see `gpu_section`); returns what was written."""
     r = results["results"]
     plots.mkdir(parents=True, exist_ok=True)
     written = []
@@ -235,6 +284,8 @@ def write(results: dict, plots: Path, markdown: Path) -> list[Path]:
     for name, (title, section) in sections.items():
         if name in r:
             text.append(f"## {title}\n\n{section(r[name])}")
+    if gpu is not None:
+        text.append(gpu_section(Path(gpu)))
     text.append("## Plots\n\n" + "\n".join(f"![{p.stem}]({link}/{p.name})" for p in written) + "\n")
     markdown.write_text("\n".join(text))
     return [*written, markdown]
