@@ -36,9 +36,13 @@ def test_config_names_exist_in_the_official_packages():
 
 @pytest.mark.parametrize(
     "model_id, image_hw, input_hw",
-    [("sam2.1_hiera_tiny", (300, 400), (1024, 1024)), ("sam_vit_b", (300, 400), (768, 1024)),
-     ("sam_vit_b", (1000, 10), (1024, 10)), ("mobile_sam", (5, 3), (1024, 614)),
-     ("sam3_tracker", (300, 400), (1008, 1008))],
+    [
+        ("sam2.1_hiera_tiny", (300, 400), (1024, 1024)),
+        ("sam_vit_b", (300, 400), (768, 1024)),
+        ("sam_vit_b", (1000, 10), (1024, 10)),
+        ("mobile_sam", (5, 3), (1024, 614)),
+        ("sam3_tracker", (300, 400), (1008, 1008)),
+    ],
 )
 def test_input_size_follows_the_family(model_id, image_hw, input_hw):
     assert get_model(model_id).input_hw(image_hw) == input_hw

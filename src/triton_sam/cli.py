@@ -277,8 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="dynamic batching of the session models (default: on with a GPU, off on a CPU where it only adds delay)",
     )
-    serve.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS), metavar="MODEL",
-                       help="serve only these of the repository's models (default: all)")
+    serve.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        choices=sorted(MODELS),
+        metavar="MODEL",
+        help="serve only these of the repository's models (default: all)",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     server_env = commands.add_parser("server-env", help="create the environment `serve` runs in (nvidia-pytriton)")
@@ -309,9 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
     bench_hover.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_hover.set_defaults(func=_cmd_bench_hover)
-    bench_gui = kinds.add_parser(
-        "gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)"
-    )
+    bench_gui = kinds.add_parser("gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)")
     bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     bench_gui.add_argument("--duration", type=float, default=5.0, help="seconds of hovering")
     bench_gui.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
@@ -330,10 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench_all.add_argument("--json", action="store_true", help="also print the results")
     bench_all.set_defaults(func=_cmd_bench_all)
     bench_report = kinds.add_parser("report", help="plots (PNG) and a Markdown table from `bench all` results")
-    bench_report.add_argument("results", type=Path, nargs="+", help="results files; a later one's benchmarks replace an earlier one's")
+    bench_report.add_argument(
+        "results", type=Path, nargs="+", help="results files; a later one's benchmarks replace an earlier one's"
+    )
     bench_report.add_argument("--plots", type=Path, default=Path("docs/benchmarks"))
     bench_report.add_argument("--markdown", type=Path, default=Path("BENCHMARKS.md"))
-    bench_report.add_argument("--gpu", type=Path, default=None, help="a directory of `scripts/bench-gpu.sh` results (GPU section)")
+    bench_report.add_argument(
+        "--gpu", type=Path, default=None, help="a directory of `scripts/bench-gpu.sh` results (GPU section)"
+    )
     bench_report.set_defaults(func=_cmd_bench_report)
     return parser
 

@@ -34,7 +34,6 @@ PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
 
 
-
 def decoder_output_names(multimask_output: bool) -> list[str]:
     """Outputs to request: masks, their scores and the object score, multimask or single."""
     if multimask_output:

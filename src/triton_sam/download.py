@@ -82,7 +82,9 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download_checkpoint(spec: ModelSpec, directory: Path | None = None, url: str | None = None, progress: Progress | None = None) -> Path:
+def download_checkpoint(
+    spec: ModelSpec, directory: Path | None = None, url: str | None = None, progress: Progress | None = None
+) -> Path:
     """Download the official checkpoint of `spec` (or the same file from a mirror `url`)."""
     if spec.sha256 is None:
         raise DownloadError(

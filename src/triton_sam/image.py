@@ -34,8 +34,7 @@ def to_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None = None) -
 def _check_shape(image: np.ndarray) -> None:
     if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
         raise InvalidInputError(
-            f"Expected an image of shape HxW, HxWx3 or HxWx4, got shape {image.shape}. "
-            "For stacks, pass one plane at a time."
+            f"Expected an image of shape HxW, HxWx3 or HxWx4, got shape {image.shape}. For stacks, pass one plane at a time."
         )
     if image.shape[0] < 1 or image.shape[1] < 1:
         raise InvalidInputError(f"The image is empty (shape {image.shape}).")

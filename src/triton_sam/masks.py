@@ -112,7 +112,9 @@ class MaskResizer:
             low_res = fill_holes(low_res, spec.fill_hole_area, threshold)
         lead = low_res.shape[:-2]
         feeds = {
-            "low_res": np.ascontiguousarray(low_res, np.float32).reshape(1, -1, *low_res.shape[-2:]),  # ORT splits channels over threads
+            "low_res": np.ascontiguousarray(low_res, np.float32).reshape(
+                1, -1, *low_res.shape[-2:]
+            ),  # ORT splits channels over threads
             "image_hw": np.array(image_hw, np.int64),
             "threshold": np.array(threshold, np.float32),
         }

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from .errors import ModelNotFoundError
 
-
 # How an image becomes the encoder's input.
 STRETCH = "stretch"  # to input_size x input_size, aspect ratio ignored, in the encoder (SAM2)
 LONGEST_SIDE = "longest_side"  # longest side to input_size on the client, aspect kept; the encoder pads (SAM1)
@@ -137,15 +136,34 @@ MODELS: dict[str, ModelSpec] = {
         _sam2("small", "s", "6d1aa6f30de5c92224f8172114de081d104bbd23dd9dc5c58996f0cad5dc4d38"),
         _sam2("base_plus", "b+", "a2345aede8715ab1d5d31b4a509fb160c5a4af1970f199d9054ccfb746c004c5"),
         _sam2("large", "l", "2647878d5dfa5098f2f8649825738a9345572bae2d4350a2468587ece47dd318"),
-        _sam1("sam_vit_b", "sam1", "vit_b", _SAM1_URL.format("sam_vit_b_01ec64.pth"),
-              "ec2df62732614e57411cdcf32a23ffdf28910380d03139ee0f4fcbe91eb8c912"),
-        _sam1("sam_vit_l", "sam1", "vit_l", _SAM1_URL.format("sam_vit_l_0b3195.pth"),
-              "3adcc4315b642a4d2101128f611684e8734c41232a17c648ed1693702a49a622"),
-        _sam1("sam_vit_h", "sam1", "vit_h", _SAM1_URL.format("sam_vit_h_4b8939.pth"),
-              "a7bf3b02f3ebf1267aba913ff637d9a2d5c33d3173bb679e46d9f338c26f262e"),
-        _sam1("mobile_sam", "mobile_sam", "vit_t",
-              "https://github.com/ChaoningZhang/MobileSAM/raw/master/weights/mobile_sam.pt",
-              "6dbb90523a35330fedd7f1d3dfc66f995213d81b29a5ca8108dbcdd4e37d6c2f"),
+        _sam1(
+            "sam_vit_b",
+            "sam1",
+            "vit_b",
+            _SAM1_URL.format("sam_vit_b_01ec64.pth"),
+            "ec2df62732614e57411cdcf32a23ffdf28910380d03139ee0f4fcbe91eb8c912",
+        ),
+        _sam1(
+            "sam_vit_l",
+            "sam1",
+            "vit_l",
+            _SAM1_URL.format("sam_vit_l_0b3195.pth"),
+            "3adcc4315b642a4d2101128f611684e8734c41232a17c648ed1693702a49a622",
+        ),
+        _sam1(
+            "sam_vit_h",
+            "sam1",
+            "vit_h",
+            _SAM1_URL.format("sam_vit_h_4b8939.pth"),
+            "a7bf3b02f3ebf1267aba913ff637d9a2d5c33d3173bb679e46d9f338c26f262e",
+        ),
+        _sam1(
+            "mobile_sam",
+            "mobile_sam",
+            "vit_t",
+            "https://github.com/ChaoningZhang/MobileSAM/raw/master/weights/mobile_sam.pt",
+            "6dbb90523a35330fedd7f1d3dfc66f995213d81b29a5ca8108dbcdd4e37d6c2f",
+        ),
         _SAM3_TRACKER,
     )
 }

@@ -52,9 +52,7 @@ class ExportedModel:
     @property
     def weights_id(self) -> str | None:
         """Names the weights (and encoder precision) behind these files' features; None if unknown."""
-        weights = self.metadata.get("checkpoint_sha256") or (
-            f"seed-{self.metadata['seed']}" if "seed" in self.metadata else None
-        )
+        weights = self.metadata.get("checkpoint_sha256") or (f"seed-{self.metadata['seed']}" if "seed" in self.metadata else None)
         if weights is None:
             return None
         precision = self.metadata.get("encoder_precision", ENCODER_FP32)

@@ -50,15 +50,19 @@ def _one_point(x: float = 100, y: float = 100) -> dict:
 
 
 def test_triton_predictor_gives_the_local_masks(synthetic_server, synthetic_repository):
-    with Predictor(backend="triton", url=synthetic_server.grpc_url) as remote, Predictor(
-        model_repository=synthetic_repository
-    ) as local:
+    with (
+        Predictor(backend="triton", url=synthetic_server.grpc_url) as remote,
+        Predictor(model_repository=synthetic_repository) as local,
+    ):
         for predictor in (remote, local):
             predictor.set_image(IMAGE)
         assert remote.get_image_embedding().arrays == {}  # the features stayed on the server
         for prompts in (_one_point(), _one_point(300, 200), {"box": np.array([40, 40, 160, 160])}):
             for multimask in (True, False):
-                ours, theirs = remote.predict(**prompts, multimask_output=multimask), local.predict(**prompts, multimask_output=multimask)
+                ours, theirs = (
+                    remote.predict(**prompts, multimask_output=multimask),
+                    local.predict(**prompts, multimask_output=multimask),
+                )
                 for a, b in zip(ours, theirs):
                     np.testing.assert_array_equal(a, b)
         masks, _, _ = remote.predict(**_one_point())
@@ -121,9 +125,10 @@ def test_each_served_model_through_triton_matches_the_local_engine(model_id, mod
     rng = np.random.default_rng(0)
     image = rng.integers(0, 255, (480, 640, 3), np.uint8)
     repository = exported_repository(model_id)
-    with Predictor(model_id, backend="triton", url=models_server.grpc_url) as remote, Predictor(
-        model_id, model_repository=repository
-    ) as local:
+    with (
+        Predictor(model_id, backend="triton", url=models_server.grpc_url) as remote,
+        Predictor(model_id, model_repository=repository) as local,
+    ):
         remote.set_image(image)
         local.set_image(image)
         prompt_sets = [

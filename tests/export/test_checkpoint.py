@@ -32,13 +32,26 @@ def test_cli_export_from_checkpoint_equals_the_seeded_export(checkpoint, sam2_ti
     import onnxruntime as ort
 
     output = tmp_path / "repo"
-    cmd = [sys.executable, "-m", "triton_sam.cli", "export", TINY.model_id, "--checkpoint", str(checkpoint), "--output", str(output)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "triton_sam.cli",
+        "export",
+        TINY.model_id,
+        "--checkpoint",
+        str(checkpoint),
+        "--output",
+        str(output),
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
     exported = locate(TINY, output)
     assert read_metadata(exported.decoder.parent.parent)["checkpoint_sha256"]
     assert (exported.decoder.parent.parent / "config.pbtxt").is_file()
     feeds = {
-        **{name: np.random.default_rng(1).standard_normal((1, *shape), dtype=np.float32) for name, shape in TINY.feature_shapes.items()},
+        **{
+            name: np.random.default_rng(1).standard_normal((1, *shape), dtype=np.float32)
+            for name, shape in TINY.feature_shapes.items()
+        },
         "point_coords": np.array([[[300.0, 400.0]]], np.float32),
         "point_labels": np.array([[1]], np.int32),
         "mask_input": np.zeros((1, 1, 256, 256), np.float32),
@@ -84,7 +97,17 @@ def test_unreadable_checkpoints_are_refused(content, checkpoint, tmp_path):
 
 def test_cli_reports_errors_without_a_traceback(tmp_path):
     missing = tmp_path / "missing.pt"
-    cmd = [sys.executable, "-m", "triton_sam.cli", "export", TINY.model_id, "--checkpoint", str(missing), "--output", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "triton_sam.cli",
+        "export",
+        TINY.model_id,
+        "--checkpoint",
+        str(missing),
+        "--output",
+        str(tmp_path),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     assert result.returncode == 2 and "error: Cannot read checkpoint" in result.stderr and "Traceback" not in result.stderr
 

@@ -68,7 +68,13 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     (group,) = config.instance_group
     assert group.count == 1  # every request must see the same feature cache
     inputs = {i.name: i for i in config.input}
-    assert set(inputs) == {contract.ENCODER_INPUT, contract.HANDLE, contract.POINT_COORDS, contract.POINT_LABELS, contract.MASK_INPUT}
+    assert set(inputs) == {
+        contract.ENCODER_INPUT,
+        contract.HANDLE,
+        contract.POINT_COORDS,
+        contract.POINT_LABELS,
+        contract.MASK_INPUT,
+    }
     assert all(i.optional for i in inputs.values())
     assert inputs[contract.HANDLE].data_type == model_config_pb2.TYPE_STRING
     assert {o.name for o in config.output} == {contract.HANDLE, *contract.DECODER_OUTPUTS}

@@ -19,5 +19,5 @@ def test_sample_data_commands_return_image_layers(key, ndim):
     sample = next(s for s in manifest.contributions.sample_data if s.key == key)
     command = next(c for c in manifest.contributions.commands if c.id == sample.command)
     module, _, name = command.python_name.partition(":")
-    (data, meta, layer_type), = getattr(__import__(module, fromlist=[name]), name)()
+    ((data, meta, layer_type),) = getattr(__import__(module, fromlist=[name]), name)()
     assert layer_type == "image" and data.ndim == ndim and data.dtype == np.uint8 and meta["name"]

@@ -29,7 +29,14 @@ def _canvas(viewer):
     return viewer.window._qt_viewer.canvas  # the vispy canvas: tests need its Qt widget
 
 
-def _send(viewer, kind, world_yx, button=Qt.MouseButton.NoButton, buttons=Qt.MouseButton.NoButton, modifiers=Qt.KeyboardModifier.NoModifier):
+def _send(
+    viewer,
+    kind,
+    world_yx,
+    button=Qt.MouseButton.NoButton,
+    buttons=Qt.MouseButton.NoButton,
+    modifiers=Qt.KeyboardModifier.NoModifier,
+):
     send_mouse(viewer, _canvas(viewer).native, kind, world_yx, button, buttons, modifiers)
 
 
@@ -320,9 +327,7 @@ def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_
     widget.close_session()
 
 
-def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(
-    qtbot, viewer, synthetic_repository, monkeypatch
-):
+def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(qtbot, viewer, synthetic_repository, monkeypatch):
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
@@ -340,7 +345,9 @@ def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(
     monkeypatch.setattr(widget.session.engine, "decode", broken_decode)
     click(viewer, world(image, 300, 150))
     qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: "accelerator fell over" in widget.status.text() or "Nothing to commit" in widget.status.text(), timeout=10000)
+    qtbot.waitUntil(
+        lambda: "accelerator fell over" in widget.status.text() or "Nothing to commit" in widget.status.text(), timeout=10000
+    )
     qtbot.wait(300)
     np.testing.assert_array_equal(objects.data, before)
     assert widget.session.next_object_id == 2
@@ -433,9 +440,7 @@ def test_auto_goes_on_locally_when_the_server_is_killed_mid_encode(qtbot, viewer
         server.stop()
 
 
-def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(
-    qtbot, viewer, synthetic_repository, monkeypatch
-):
+def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(qtbot, viewer, synthetic_repository, monkeypatch):
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
@@ -486,8 +491,15 @@ def _as(dtype, data: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize(
     "dtype, leading, rgba",
-    [("bool", (), False), ("int32", (), False), ("uint16-full", (), False), ("float64", (), False),
-     ("uint8", (2, 3), False), ("uint16-full", (2, 1, 2), False), ("uint8", (), True)],
+    [
+        ("bool", (), False),
+        ("int32", (), False),
+        ("uint16-full", (), False),
+        ("float64", (), False),
+        ("uint8", (2, 3), False),
+        ("uint16-full", (2, 1, 2), False),
+        ("uint8", (), True),
+    ],
     ids=["bool", "int32", "uint16-0-65535", "float64", "4D", "5D", "RGBA"],
 )
 def test_odd_images_get_a_preview_of_the_right_object(qtbot, viewer, synthetic_repository, dtype, leading, rgba):

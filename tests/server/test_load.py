@@ -67,7 +67,9 @@ def test_sixteen_sessions_hover_for_a_minute_without_errors_or_leaks(evicting_se
     sampler = threading.Thread(target=sample)
     sampler.start()
     replayers = [
-        threading.Thread(target=replay, args=(mouse_trace((H, W), 120.0, LOAD_S, seed=i), lambda n, x, y, t, s=s: s.hover(x, y, t)))
+        threading.Thread(
+            target=replay, args=(mouse_trace((H, W), 120.0, LOAD_S, seed=i), lambda n, x, y, t, s=s: s.hover(x, y, t))
+        )
         for i, s in enumerate(sessions)
     ]
     for thread in replayers:

@@ -114,9 +114,7 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c_or_kill(syntheti
     command = [sys.executable, "-m", "triton_sam.cli", "serve", "--model-repository", str(synthetic_repository)]
     command += ["--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
     command += ["--server-python", str(server_python)]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal
-    )
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal)
     triton = []  # the server's processes: a session of their own, so killing `serve` would not end them
     try:
         lines = []
@@ -132,7 +130,9 @@ def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c_or_kill(syntheti
             for c in child.net_connections("inet")
             if c.status == psutil.CONN_LISTEN
         ]
-        assert listening and all((getattr(ip, "ipv4_mapped", None) or ip).is_loopback for ip in listening)  # unless told otherwise
+        assert listening and all(
+            (getattr(ip, "ipv4_mapped", None) or ip).is_loopback for ip in listening
+        )  # unless told otherwise
         with Predictor(backend="triton", url=f"127.0.0.1:{grpc_port}") as predictor:
             predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
@@ -176,7 +176,9 @@ def test_an_api_key_locks_every_endpoint_and_the_client_sends_it(synthetic_repos
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
             assert masks[1][100, 100]
         status = urllib.request.urlopen(  # HTTP clients send the key under its plain name
-            urllib.request.Request(f"http://127.0.0.1:{server.ports['http']}/v2/health/ready", headers={"triton-sam-key": "s3cret"})
+            urllib.request.Request(
+                f"http://127.0.0.1:{server.ports['http']}/v2/health/ready", headers={"triton-sam-key": "s3cret"}
+            )
         ).status
         assert status == 200
         with pytest.raises(urllib.error.HTTPError):
@@ -203,9 +205,26 @@ def _self_signed(tmp_path):
     """A certificate for 127.0.0.1 made on the spot (openssl), and its key."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return cert, key
 
@@ -214,8 +233,12 @@ def test_grpc_over_tls_with_a_self_signed_certificate(tmp_path, synthetic_reposi
     require_server_env()
     cert, key = _self_signed(tmp_path)
     server = LocalTritonServer(
-        synthetic_repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-        tls_cert=cert, tls_key=key,
+        synthetic_repository,
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        tls_cert=cert,
+        tls_key=key,
     )
     with server:
         with Predictor(backend="triton", url=server.grpc_url, ssl=True, root_certificates=str(cert)) as predictor:

@@ -56,9 +56,7 @@ class _Request:
 def _stub_backend_utils() -> types.ModuleType:
     stub = types.ModuleType("triton_python_backend_utils")
     stub.Tensor, stub.InferenceResponse, stub.TritonError = _Tensor, _Response, _Error
-    stub.get_input_tensor_by_name = lambda request, name: (
-        _Tensor(name, request.inputs[name]) if name in request.inputs else None
-    )
+    stub.get_input_tensor_by_name = lambda request, name: _Tensor(name, request.inputs[name]) if name in request.inputs else None
     return stub
 
 
@@ -145,7 +143,10 @@ def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_r
     c = _encode(buffered, third)  # evicts the first image: its slot now holds the third
     _encode(plain, third)
     assert _decode(buffered, [handles[0]], [[[1.0, 1.0]]]).error.code == _Error.NOT_FOUND
-    expected, ours = _decode(plain, [c, a], [[[300.0, 300.0]], [[600.0, 100.0]]]), _decode(buffered, [c, a], [[[300.0, 300.0]], [[600.0, 100.0]]])
+    expected, ours = (
+        _decode(plain, [c, a], [[[300.0, 300.0]], [[600.0, 100.0]]]),
+        _decode(buffered, [c, a], [[[300.0, 300.0]], [[600.0, 100.0]]]),
+    )
     for name, array in expected.outputs.items():
         np.testing.assert_array_equal(ours.outputs[name], array)
 

@@ -80,6 +80,11 @@ def _still_serves(url: str, handle: str) -> bool:
             _tensor(contract.POINT_COORDS, np.array([[[512.0, 512.0]]], np.float32)),
             _tensor(contract.POINT_LABELS, np.array([[1]], np.int32)),
         ]
-        return client.infer(TINY.session_name, tensors, client_timeout=10).as_numpy(contract.SINGLE_MASK).shape == (1, 1, 256, 256)
+        return client.infer(TINY.session_name, tensors, client_timeout=10).as_numpy(contract.SINGLE_MASK).shape == (
+            1,
+            1,
+            256,
+            256,
+        )
     finally:
         client.close()

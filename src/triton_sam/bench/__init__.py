@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 def summarize(samples_s: list[float], percentiles: tuple[int, ...] = (95,)) -> dict[str, float | None]:
@@ -16,8 +19,13 @@ def summarize(samples_s: list[float], percentiles: tuple[int, ...] = (95,)) -> d
     return {**stats, "n": len(ms)}
 
 
-def timed(fn: Callable[[], object]) -> float:
-    """Seconds one call of `fn` takes."""
+def timed_call(fn: Callable[..., T], *args, **kwargs) -> tuple[float, T]:
+    """Seconds one call `fn(*args, **kwargs)` takes, and what it returned."""
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    result = fn(*args, **kwargs)
+    return time.perf_counter() - start, result
+
+
+def timed(fn: Callable[..., object], *args, **kwargs) -> float:
+    """Seconds one call `fn(*args, **kwargs)` takes."""
+    return timed_call(fn, *args, **kwargs)[0]

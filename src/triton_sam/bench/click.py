@@ -17,7 +17,7 @@ import numpy as np
 from ..engines import create_engine
 from ..registry import get_model
 from ..session import InteractiveSession
-from . import summarize, timed
+from . import summarize, timed_call
 from .parity import mask_iou
 from .predictor import bench_image, exported_repository, official_predictor
 from .wire import loopback_server
@@ -73,9 +73,11 @@ def run(
         ious: dict[str, list[float]] = {backend: [] for backend in backends}
         for x, y in points:
             masks = {}
-            times["reference"].append(timed(lambda: masks.__setitem__("reference", _reference_click(reference, x, y))))
+            seconds, masks["reference"] = timed_call(_reference_click, reference, x, y)
+            times["reference"].append(seconds)
             for backend, session in sessions.items():
-                times[backend].append(timed(lambda: masks.__setitem__(backend, _our_click(session, x, y))))
+                seconds, masks[backend] = timed_call(_our_click, session, x, y)
+                times[backend].append(seconds)
                 if masks[backend] is not None:
                     ious[backend].append(mask_iou(masks[backend], masks["reference"]))
     result["reference_ms"] = summarize(times["reference"])

@@ -215,8 +215,14 @@ def run(
     repository = exported_repository(model_id, seed, workdir)
     image = bench_image(shape)
     trace = mouse_trace(shape, rate_hz, duration_s, seed)
-    result = {"benchmark": "hover", "model": model_id, "image_shape": list(shape), "rate_hz": rate_hz,
-              "duration_s": duration_s, "events": len(trace)}
+    result = {
+        "benchmark": "hover",
+        "model": model_id,
+        "image_shape": list(shape),
+        "rate_hz": rate_hz,
+        "duration_s": duration_s,
+        "events": len(trace),
+    }
     if "local" in backends:
         engine = create_engine(spec, "local", repository)
         result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None)}

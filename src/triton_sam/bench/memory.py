@@ -88,7 +88,9 @@ def _soak(server: LocalTritonServer, spec, image, soak_s: float, sample_s: float
     samples = []
     started = time.perf_counter()
     while (elapsed := time.perf_counter() - started) < soak_s:
-        replay(mouse_trace(image.shape[:2], 120.0, sample_s, seed=len(samples)), lambda i, x, y, t: session.hover(x, y, t_event=t))
+        replay(
+            mouse_trace(image.shape[:2], 120.0, sample_s, seed=len(samples)), lambda i, x, y, t: session.hover(x, y, t_event=t)
+        )
         samples.append((elapsed / 60.0, _rss_mib(me), _rss_mib(server_process)))
     stats = session.decoder.stats.snapshot()
     session.close()

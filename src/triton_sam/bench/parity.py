@@ -43,7 +43,10 @@ def prompt_sets(h: int, w: int) -> list[tuple[str, dict]]:
     box = [w * 0.2, h * 0.25, w * 0.7, h * 0.8]
     return [
         ("one point", dict(point_coords=[pt(0.5, 0.5)], point_labels=[1])),
-        ("pos and neg points", dict(point_coords=[pt(0.4, 0.4), pt(0.6, 0.5), pt(0.1, 0.9), pt(0.8, 0.2)], point_labels=[1, 1, 0, 0])),
+        (
+            "pos and neg points",
+            dict(point_coords=[pt(0.4, 0.4), pt(0.6, 0.5), pt(0.1, 0.9), pt(0.8, 0.2)], point_labels=[1, 1, 0, 0]),
+        ),
         ("box", dict(box=box)),
         ("box and points", dict(box=box, point_coords=[pt(0.5, 0.5), pt(0.25, 0.3)], point_labels=[1, 0])),
         ("image corner", dict(point_coords=[[0.0, 0.0], [w, h]], point_labels=[1, 0])),
@@ -63,7 +66,10 @@ def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
 def _agreement(reference_outputs: list, outputs: list) -> dict:
     ious, score_diffs = [], []
     for (ref_masks, ref_scores, _), (masks, scores, _) in zip(reference_outputs, outputs):
-        ious += [mask_iou(a > 0, b > 0) for a, b in zip(ref_masks.reshape(-1, *ref_masks.shape[-2:]), masks.reshape(-1, *masks.shape[-2:]))]
+        ious += [
+            mask_iou(a > 0, b > 0)
+            for a, b in zip(ref_masks.reshape(-1, *ref_masks.shape[-2:]), masks.reshape(-1, *masks.shape[-2:]))
+        ]
         score_diffs.append(float(np.abs(np.asarray(scores, np.float64) - ref_scores).max()))
     return {"min_iou": min(ious), "median_iou": float(np.median(ious)), "max_score_diff": max(score_diffs), "masks": len(ious)}
 

@@ -133,15 +133,15 @@ def run(
 
     times: dict[str, list[float]] = {f"{name}_{step}": [] for name in implementations for step in ("encode", "decode")}
     with torch.inference_mode():
-        for name, (set_image, predict) in implementations.items():  # warm-up, not timed
+        for set_image, predict in implementations.values():  # warm-up, not timed
             set_image(image)
             predict(**point)
         for _ in range(encodes):
             for name, (set_image, _) in implementations.items():
-                times[f"{name}_encode"].append(timed(lambda: set_image(image)))
+                times[f"{name}_encode"].append(timed(set_image, image))
         for _ in range(decodes):
             for name, (_, predict) in implementations.items():
-                times[f"{name}_decode"].append(timed(lambda: predict(**point)))
+                times[f"{name}_decode"].append(timed(predict, **point))
 
     stats = {key: summarize(values) for key, values in times.items()}
     ratios = {

@@ -48,8 +48,22 @@ def _machine(results: dict) -> str:
 def _predictor(r: dict) -> str:
     decode = r["decode_ratio"]
     rows = [
-        ["encode (`set_image`)", _ms(r["ref_encode"]["median_ms"]), _ms(r["ours_encode"]["median_ms"]), f"{r['encode_ratio']:.2f}", "<= 0.7", _verdict(r["encode_ratio"], 0.7)],
-        ["decode (`predict`)", _ms(r["ref_decode"]["median_ms"]), _ms(r["ours_decode"]["median_ms"]), f"{decode:.2f}", "<= 0.5 (#16); <= 0.3 (first wave)", f"{_verdict(decode, 0.5)}; {_verdict(decode, 0.3)}"],
+        [
+            "encode (`set_image`)",
+            _ms(r["ref_encode"]["median_ms"]),
+            _ms(r["ours_encode"]["median_ms"]),
+            f"{r['encode_ratio']:.2f}",
+            "<= 0.7",
+            _verdict(r["encode_ratio"], 0.7),
+        ],
+        [
+            "decode (`predict`)",
+            _ms(r["ref_decode"]["median_ms"]),
+            _ms(r["ours_decode"]["median_ms"]),
+            f"{decode:.2f}",
+            "<= 0.5 (#16); <= 0.3 (first wave)",
+            f"{_verdict(decode, 0.5)}; {_verdict(decode, 0.3)}",
+        ],
     ]
     return _table(["median ms", "official PyTorch", "ours (local ORT)", "ratio", "goal", ""], rows)
 
@@ -61,8 +75,18 @@ def _gpu_predictor(runs: dict[str, dict]) -> str:
         for step, goal, reference in (("encode", "<= bf16", "ref_bf16"), ("decode", "<= 0.5x fp32", "ref")):
             ratio = r[f"ours_{step}"]["median_ms"] / r[f"{reference}_{step}"]["median_ms"]
             verdict = _verdict(ratio, 1.0 if step == "encode" else 0.5)
-            rows.append([model, "`set_image`" if step == "encode" else "`predict`", _ms(r[f"ref_{step}"]["median_ms"]),
-                         _ms(r[f"ref_bf16_{step}"]["median_ms"]), _ms(r[f"ours_{step}"]["median_ms"]), f"{ratio:.2f}", goal, verdict])
+            rows.append(
+                [
+                    model,
+                    "`set_image`" if step == "encode" else "`predict`",
+                    _ms(r[f"ref_{step}"]["median_ms"]),
+                    _ms(r[f"ref_bf16_{step}"]["median_ms"]),
+                    _ms(r[f"ours_{step}"]["median_ms"]),
+                    f"{ratio:.2f}",
+                    goal,
+                    verdict,
+                ]
+            )
     return _table(["model", "call", "official fp32", "official bf16", "ours", "ours / goal's reference", "goal", ""], rows)
 
 
@@ -70,12 +94,23 @@ def _gpu_parity(runs: dict[str, dict]) -> str:
     rows = []
     for r in runs.values():
         images = {k: v for k, v in r.items() if isinstance(v, dict)}
-        for candidate, label in (("ours", f"ours, {r['encoder_precision']} encoder"), ("official_bf16", "official, bf16 autocast")):
+        for candidate, label in (
+            ("ours", f"ours, {r['encoder_precision']} encoder"),
+            ("official_bf16", "official, bf16 autocast"),
+        ):
             if candidate == "official_bf16" and r["encoder_precision"] != "fp32":
                 continue  # the same official run as next to the fp32 export
             worst = min(images.values(), key=lambda v: v[candidate]["min_iou"])[candidate]
-            rows.append([r["model"], label, f"{worst['min_iou']:.4f}", f"{min(v[candidate]['median_iou'] for v in images.values()):.4f}",
-                         f"{max(v[candidate]['max_score_diff'] for v in images.values()):.1e}", str(sum(v[candidate]["masks"] for v in images.values()))])
+            rows.append(
+                [
+                    r["model"],
+                    label,
+                    f"{worst['min_iou']:.4f}",
+                    f"{min(v[candidate]['median_iou'] for v in images.values()):.4f}",
+                    f"{max(v[candidate]['max_score_diff'] for v in images.values()):.1e}",
+                    str(sum(v[candidate]["masks"] for v in images.values())),
+                ]
+            )
     return _table(["model", "masks from", "min IoU", "lowest median IoU", "max score diff", "masks"], rows)
 
 
@@ -85,16 +120,21 @@ def gpu_section(directory: Path) -> str:
     load = {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json")) if p.name != "machine.json"}
     predictor = {k: v for k, v in load.items() if k.startswith("predictor-")}
     parity = {k: v for k, v in load.items() if k.startswith("parity-")}
-    text = [f"## GPU\n\nMeasured on: {about['machine']}. Command: `{about['command']}`; 977x1531 RGB, one point, multimask; "
-            "the official predictor runs on the same GPU, calls alternate.\n",
-            "### Local engine vs the official predictor\n\n" + _gpu_predictor(predictor),
-            "### Agreement with the official float32 predictor on the GPU (parity images and prompts)\n\n" + _gpu_parity(parity)]
+    text = [
+        f"## GPU\n\nMeasured on: {about['machine']}. Command: `{about['command']}`; 977x1531 RGB, one point, multimask; "
+        "the official predictor runs on the same GPU, calls alternate.\n",
+        "### Local engine vs the official predictor\n\n" + _gpu_predictor(predictor),
+        "### Agreement with the official float32 predictor on the GPU (parity images and prompts)\n\n" + _gpu_parity(parity),
+    ]
     hover = load.get("hover-local", {}).get("local")
     if hover:
-        ours, single = hover["ours"]["latency_ms"], hover["single_decode"]
-        text.append(f"### Hover, local engine on the GPU\n\nOne preview decode (mask at full size) {single['median_ms']:.1f} ms median; "
-                    f"our session on the {load['hover-local']['duration_s']:.0f} s, {load['hover-local']['rate_hz']:.0f} Hz trace: event to mask "
-                    f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n")
+        ours, single, trace = hover["ours"]["latency_ms"], hover["single_decode"], load["hover-local"]
+        text.append(
+            "### Hover, local engine on the GPU\n\n"
+            f"One preview decode (mask at full size) {single['median_ms']:.1f} ms median; our session on the "
+            f"{trace['duration_s']:.0f} s, {trace['rate_hz']:.0f} Hz trace: event to mask "
+            f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n"
+        )
     text.append("### Not measured\n\n" + "\n".join(f"- {line}" for line in about["not_measured"]) + "\n")
     return "\n".join(text)
 
@@ -102,8 +142,18 @@ def gpu_section(directory: Path) -> str:
 def _triton(r: dict) -> str:
     b = r["bytes_per_call"]
     rows = [
-        ["encode", _ms(r["local_encode"]["median_ms"]), _ms(r["triton_encode"]["median_ms"]), f"{b['encode_up']:,} B up, {b['encode_down']:,} B down"],
-        ["hover decode (one point, one mask)", _ms(r["local_decode"]["median_ms"]), _ms(r["triton_decode"]["median_ms"]), f"{b['decode_up']:,} B up, {b['decode_down']:,} B down"],
+        [
+            "encode",
+            _ms(r["local_encode"]["median_ms"]),
+            _ms(r["triton_encode"]["median_ms"]),
+            f"{b['encode_up']:,} B up, {b['encode_down']:,} B down",
+        ],
+        [
+            "hover decode (one point, one mask)",
+            _ms(r["local_decode"]["median_ms"]),
+            _ms(r["triton_decode"]["median_ms"]),
+            f"{b['decode_up']:,} B up, {b['decode_down']:,} B down",
+        ],
     ]
     text = _table(["median ms", "local engine", "through Triton (loopback)", "bytes per call"], rows)
     throughput = [
@@ -111,15 +161,35 @@ def _triton(r: dict) -> str:
         for mode in ("throughput_dynamic_batching", "throughput_no_batching")
     ]
     clients = [f"{row['clients']} clients, decodes/s" for row in r["throughput_dynamic_batching"]]
-    return text + "\nBack-to-back decodes (each client waits for its answer, then asks again):\n\n" + _table(["session model", *clients], throughput)
+    return (
+        text
+        + "\nBack-to-back decodes (each client waits for its answer, then asks again):\n\n"
+        + _table(["session model", *clients], throughput)
+    )
 
 
 def _click(r: dict) -> str:
-    rows = [["official `SAM2ImagePredictor.predict`", _ms(r["reference_ms"]["median_ms"]), _ms(r["reference_ms"]["p95_ms"]), "1.00", "–"]]
+    rows = [
+        [
+            "official `SAM2ImagePredictor.predict`",
+            _ms(r["reference_ms"]["median_ms"]),
+            _ms(r["reference_ms"]["p95_ms"]),
+            "1.00",
+            "–",
+        ]
+    ]
     for backend in ("local", "triton"):
         if backend in r:
             b = r[backend]
-            rows.append([f"ours, {backend}: click + commit", _ms(b["click_to_commit_ms"]["median_ms"]), _ms(b["click_to_commit_ms"]["p95_ms"]), f"{b['ratio_to_reference']:.2f}", f"{b['min_iou_to_reference']:.4f}" if b["min_iou_to_reference"] is not None else "–"])
+            rows.append(
+                [
+                    f"ours, {backend}: click + commit",
+                    _ms(b["click_to_commit_ms"]["median_ms"]),
+                    _ms(b["click_to_commit_ms"]["p95_ms"]),
+                    f"{b['ratio_to_reference']:.2f}",
+                    f"{b['min_iou_to_reference']:.4f}" if b["min_iou_to_reference"] is not None else "–",
+                ]
+            )
     return _table(["click to full-size mask", "median ms", "p95 ms", "ratio", "min IoU vs official"], rows)
 
 
@@ -132,15 +202,28 @@ def _hover(r: dict) -> str:
         server = "server_executed" in ours  # the 5x goal is for the server's work
         executed = "server_executed" if server else "requests_sent"
         verdict = _verdict(b["executed_ratio_naive_over_ours"], 5, True) if server else "no goal: local"
-        rows.append([
-            backend, _ms(b["single_decode"]["median_ms"]), f"{_ms(ours['latency_ms']['p50'])} / {_ms(ours['latency_ms']['p95'])}",
-            f"{_ms(b['p95_goal_ms'])} ({_verdict(ours['latency_ms']['p95'], b['p95_goal_ms'])})",
-            _ideal_ms(b),
-            f"{_ms(naive['latency_ms']['p50'])} / {_ms(naive['latency_ms']['p95'])}",
-            f"{ours['stale_delivered']} / {naive['stale_delivered']}",
-            f"{ours[executed]} / {naive[executed]} ({b['executed_ratio_naive_over_ours']:.1f}x; {verdict})",
-        ])
-    header = ["engine", "single decode ms (median, each after a 0.4 s rest)", "ours p50 / p95 ms", "p95 goal ms", "ideal client p50 / p95 ms (one decode per rest)", "naive p50 / p95 ms", "stale shown ours / naive", "decodes started ours / naive (goal: 5x fewer on the server)"]
+        rows.append(
+            [
+                backend,
+                _ms(b["single_decode"]["median_ms"]),
+                f"{_ms(ours['latency_ms']['p50'])} / {_ms(ours['latency_ms']['p95'])}",
+                f"{_ms(b['p95_goal_ms'])} ({_verdict(ours['latency_ms']['p95'], b['p95_goal_ms'])})",
+                _ideal_ms(b),
+                f"{_ms(naive['latency_ms']['p50'])} / {_ms(naive['latency_ms']['p95'])}",
+                f"{ours['stale_delivered']} / {naive['stale_delivered']}",
+                f"{ours[executed]} / {naive[executed]} ({b['executed_ratio_naive_over_ours']:.1f}x; {verdict})",
+            ]
+        )
+    header = [
+        "engine",
+        "single decode ms (median, each after a 0.4 s rest)",
+        "ours p50 / p95 ms",
+        "p95 goal ms",
+        "ideal client p50 / p95 ms (one decode per rest)",
+        "naive p50 / p95 ms",
+        "stale shown ours / naive",
+        "decodes started ours / naive (goal: 5x fewer on the server)",
+    ]
     return _table(header, rows)
 
 
@@ -161,39 +244,87 @@ def _gui(r: dict) -> str:
         if backend in r:
             h = r[backend]["hover"]
             e2e = h["event_to_screen_ms"]
-            rows.append([backend, f"{_ms(e2e['median_ms'])} / {_ms(e2e['p95_ms'])} / {_ms(e2e['p99_ms'])}", f"{goals[backend]:.0f} ({_verdict(e2e['p95_ms'], goals[backend])})",
-                         str(e2e["n"]), _ms(h["max_stall_ms"]), _ms(r[backend]["encode"]["max_stall_ms"]), f"{r[backend]['start']['seconds']:.2f}"])
-    return _table(["engine", "move to pixels p50 / p95 / p99 ms", "p95 goal ms", "previews", "max stall hovering ms", "max stall encoding ms", "Start s"], rows)
+            rows.append(
+                [
+                    backend,
+                    f"{_ms(e2e['median_ms'])} / {_ms(e2e['p95_ms'])} / {_ms(e2e['p99_ms'])}",
+                    f"{goals[backend]:.0f} ({_verdict(e2e['p95_ms'], goals[backend])})",
+                    str(e2e["n"]),
+                    _ms(h["max_stall_ms"]),
+                    _ms(r[backend]["encode"]["max_stall_ms"]),
+                    f"{r[backend]['start']['seconds']:.2f}",
+                ]
+            )
+    return _table(
+        [
+            "engine",
+            "move to pixels p50 / p95 / p99 ms",
+            "p95 goal ms",
+            "previews",
+            "max stall hovering ms",
+            "max stall encoding ms",
+            "Start s",
+        ],
+        rows,
+    )
 
 
 def _annotators(r: dict) -> str:
     rows = []
     for mode in ("dynamic_batching", "no_batching"):
         for row in r.get(mode, []):
-            rows.append([mode.replace("_", " "), str(row["annotators"]), f"{row['decodes_per_s']:.1f}", _ms(row["latency_ms"]["p95"]), str(row["errors"])])
+            rows.append(
+                [
+                    mode.replace("_", " "),
+                    str(row["annotators"]),
+                    f"{row['decodes_per_s']:.1f}",
+                    _ms(row["latency_ms"]["p95"]),
+                    str(row["errors"]),
+                ]
+            )
     table = _table(["server", "annotators", "decodes/s", "p95 ms", "errors"], rows)
     by_mode = {mode: {row["annotators"]: row for row in r.get(mode, [])} for mode in ("dynamic_batching", "no_batching")}
     if 16 in by_mode["dynamic_batching"] and 16 in by_mode["no_batching"] and 1 in by_mode["dynamic_batching"]:
         batched, plain, single = by_mode["dynamic_batching"][16], by_mode["no_batching"][16], by_mode["dynamic_batching"][1]
         gain = batched["decodes_per_s"] / max(plain["decodes_per_s"], 1e-9)
         p95_ratio = (batched["latency_ms"]["p95"] or 0) / max(single["latency_ms"]["p95"] or 1e-9, 1e-9)
-        table += (f"\nGoal at 16 annotators: batching >= 2x the throughput without it ({gain:.2f}x: {_verdict(gain, 2.0, True)}) "
-                  f"with p95 <= 2x the single annotator's ({p95_ratio:.2f}x: {_verdict(p95_ratio, 2.0)}).\n")
+        table += (
+            f"\nGoal at 16 annotators: batching >= 2x the throughput without it ({gain:.2f}x: {_verdict(gain, 2.0, True)}) "
+            f"with p95 <= 2x the single annotator's ({p95_ratio:.2f}x: {_verdict(p95_ratio, 2.0)}).\n"
+        )
     return table
 
 
 def _memory(r: dict) -> str:
     client = r["client"]
-    rows = [[f"client, {row['images']} images", f"{row['cached']} cached, {row['cache_mib']:.0f} MiB (bound {client['cache_bound_mib']:.0f})", f"{row['rss_mib']:.0f}"] for row in client["rows"]]
+    rows = [
+        [
+            f"client, {row['images']} images",
+            f"{row['cached']} cached, {row['cache_mib']:.0f} MiB (bound {client['cache_bound_mib']:.0f})",
+            f"{row['rss_mib']:.0f}",
+        ]
+        for row in client["rows"]
+    ]
     server = r["server"]
-    rows += [[f"server, {row['images']} images", f"keeps {min(row['images'], server['session_cache_size'])} (cache_size {server['session_cache_size']})", f"{row['rss_mib']:.0f}"] for row in server["rows"]]
+    rows += [
+        [
+            f"server, {row['images']} images",
+            f"keeps {min(row['images'], server['session_cache_size'])} (cache_size {server['session_cache_size']})",
+            f"{row['rss_mib']:.0f}",
+        ]
+        for row in server["rows"]
+    ]
     text = _table(["process", "embeddings", "resident MiB"], rows)
     soak = r.get("soak")
     if soak:
-        text += (f"\nSoak: {soak['seconds'] / 60:.1f} min of hovering through Triton ({soak['hover_events']} moves, {soak['previews']} previews): "
-                 f"client {soak['client_rss_mib']['first']:.0f} -> {soak['client_rss_mib']['last']:.0f} MiB, server "
-                 f"{soak['server_rss_mib']['first']:.0f} -> {soak['server_rss_mib']['last']:.0f} MiB; growth over the second half "
-                 f"{soak['client_growth_mib_per_min_second_half'] or 0:.2f} / {soak['server_growth_mib_per_min_second_half'] or 0:.2f} MiB/min (client / server).\n")
+        text += (
+            f"\nSoak: {soak['seconds'] / 60:.1f} min of hovering through Triton "
+            f"({soak['hover_events']} moves, {soak['previews']} previews): "
+            f"client {soak['client_rss_mib']['first']:.0f} -> {soak['client_rss_mib']['last']:.0f} MiB, server "
+            f"{soak['server_rss_mib']['first']:.0f} -> {soak['server_rss_mib']['last']:.0f} MiB; growth over the second half "
+            f"{soak['client_growth_mib_per_min_second_half'] or 0:.2f} / "
+            f"{soak['server_growth_mib_per_min_second_half'] or 0:.2f} MiB/min (client / server).\n"
+        )
     return text
 
 

@@ -19,7 +19,7 @@ from ..engines.triton import TritonEngine
 from ..image import encoder_input
 from ..prompts import DecodeRequest, model_request
 from ..registry import ModelSpec, get_model
-from . import summarize, timed
+from . import summarize, timed, timed_call
 from .predictor import bench_image, exported_repository
 from .wire import CountingProxy, loopback_server
 
@@ -46,7 +46,7 @@ def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, dura
 
     def client(index: int) -> None:
         while time.monotonic() < stop:
-            latencies.append(timed(lambda: engines[index].decode(features, _hover_request(spec, counts[index]), False)))
+            latencies.append(timed(engines[index].decode, features, _hover_request(spec, counts[index]), False))
             counts[index] += 1
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
@@ -77,17 +77,19 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
     wire = {"encode_up": [], "encode_down": [], "decode_up": [], "decode_down": []}
     features: dict[str, ImageFeatures] = {}
     for image in inputs:
-        times["local_encode"].append(timed(lambda: features.__setitem__("local", local.encode(image))))
+        seconds, features["local"] = timed_call(local.encode, image)
+        times["local_encode"].append(seconds)
         up, down = proxy.counts()
-        times["triton_encode"].append(timed(lambda: features.__setitem__("triton", remote.encode(image))))
+        seconds, features["triton"] = timed_call(remote.encode, image)
+        times["triton_encode"].append(seconds)
         after = proxy.counts()
         wire["encode_up"].append(after[0] - up)
         wire["encode_down"].append(after[1] - down)
     for i in range(decodes):
         request = _hover_request(spec, i)
-        times["local_decode"].append(timed(lambda: local.decode(features["local"], request, False)))
+        times["local_decode"].append(timed(local.decode, features["local"], request, False))
         up, down = proxy.counts()
-        times["triton_decode"].append(timed(lambda: remote.decode(features["triton"], request, False)))
+        times["triton_decode"].append(timed(remote.decode, features["triton"], request, False))
         after = proxy.counts()
         wire["decode_up"].append(after[0] - up)
         wire["decode_down"].append(after[1] - down)
@@ -121,9 +123,7 @@ def run(
         remote.close()
         proxy.close()
         result["decode_ratio"] = result["triton_decode"]["median_ms"] / result["local_decode"]["median_ms"]
-        result["throughput_dynamic_batching"] = [
-            _throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients
-        ]
+        result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
         result["executions_by_batch_size"] = _batch_sizes(batching.grpc_url, spec)
     local.close()
     with loopback_server(repository, model_id, session_batching=False) as plain:

@@ -128,5 +128,5 @@ class Engine(ABC):
         """One line for status displays: where this engine runs."""
         return type(self).__name__
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: engines that hold nothing need not close)
         """Release sessions and connections."""

@@ -116,7 +116,6 @@ class LocalEngine(Engine):
         return binding.copy_outputs_to_cpu()
 
 
-
 def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndarray]:
     """The decoder's prompt tensors for `request` (an all-zero mask when there is none)."""
     batch = request.batch_size
@@ -143,4 +142,3 @@ def _session(path, options: ort.SessionOptions, providers: list[str], trt_cache_
             f"Cannot load {path}: {error}. The file may be corrupt or incomplete; export the model again "
             "(`triton-sam setup MODEL` or `triton-sam export MODEL --checkpoint PATH`)."
         ) from error
-

@@ -238,9 +238,7 @@ class TritonEngine(Engine):
             time.sleep(0.1)
         return False
 
-    def _decode(
-        self, handle: str, request: DecodeRequest, multimask_output: bool, cancel: CancelToken | None
-    ) -> DecodeResult:
+    def _decode(self, handle: str, request: DecodeRequest, multimask_output: bool, cancel: CancelToken | None) -> DecodeResult:
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled before it was sent")
         names = contract.decoder_output_names(multimask_output)

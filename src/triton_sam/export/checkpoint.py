@@ -45,12 +45,7 @@ def sam3_tracker_weights(state: dict) -> dict:
     possibly under "model"): `tracker.*` as they are, the shared ViT from `detector.backbone.vision_backbone.*`."""
     state = state["model"] if isinstance(state.get("model"), dict) else state
     prefixes = {"tracker.": "", "detector.backbone.vision_backbone.": "backbone.vision_backbone."}
-    return {
-        new + key[len(old) :]: value
-        for key, value in state.items()
-        for old, new in prefixes.items()
-        if key.startswith(old)
-    }
+    return {new + key[len(old) :]: value for key, value in state.items() for old, new in prefixes.items() if key.startswith(old)}
 
 
 def with_weights(build: Callable[[], nn.Module], spec: ModelSpec, checkpoint: Path | None, seed: int | None) -> nn.Module:

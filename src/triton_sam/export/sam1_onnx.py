@@ -133,9 +133,7 @@ def batch_from_shape(model: nn.Module) -> Iterator[None]:
             hook.remove()
 
 
-def export_encoder(
-    model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
-) -> None:
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False) -> None:
     """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
     encoder = Encoder(model, half_copy(model.image_encoder) if half else None)
     with batch_from_shape(encoder.backbone):

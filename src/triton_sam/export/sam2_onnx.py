@@ -69,10 +69,7 @@ class Encoder(nn.Module):
         if self.add_no_mem_embed:
             vision_feats[-1] = vision_feats[-1] + self.model.no_mem_embed
         batch = image.shape[0]
-        feats = [
-            feat.permute(1, 2, 0).reshape(batch, -1, *size).float()
-            for feat, size in zip(vision_feats, self.feature_sizes)
-        ]
+        feats = [feat.permute(1, 2, 0).reshape(batch, -1, *size).float() for feat, size in zip(vision_feats, self.feature_sizes)]
         return feats[2], feats[0], feats[1]
 
 
@@ -139,9 +136,7 @@ def export_image_encoder(encoder: nn.Module, spec: ModelSpec, path: Path, extern
     export_onnx(encoder.eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)
 
 
-def export_encoder(
-    model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
-) -> None:
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False) -> None:
     """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
     model = half_copy(model) if half else model
     with constant_position_embedding(model.image_encoder.trunk, spec.input_size):

@@ -84,9 +84,7 @@ def real_valued_rope(trunk: nn.Module) -> Iterator[None]:
             del layer._apply_rope
 
 
-def export_encoder(
-    model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
-) -> None:
+def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False) -> None:
     """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
     model = half_copy(model) if half else model
     encoder = sam2_onnx.Encoder(model, spec, mean=_MEAN, std=_STD, add_no_mem_embed=True)

@@ -36,7 +36,11 @@ def _encoder_profile(spec: ModelSpec) -> dict[str, str]:
     """The encoder input varies in H, W and channels (`ModelSpec.sent_hw`): one TensorRT profile
     covers every image shape and batch size instead of an engine built per shape."""
     name, side, largest = contract.ENCODER_INPUT, spec.input_size, spec.max_sent_side
-    return {"min": f"{name}:1x1x1x1", "opt": f"{name}:1x{side}x{side}x3", "max": f"{name}:{ENCODER_MAX_BATCH}x{largest}x{largest}x3"}
+    return {
+        "min": f"{name}:1x1x1x1",
+        "opt": f"{name}:1x{side}x{side}x3",
+        "max": f"{name}:{ENCODER_MAX_BATCH}x{largest}x{largest}x3",
+    }
 
 
 def _tensor(name: str, data_type: str, dims: tuple[int, ...], optional: bool = False) -> str:
@@ -75,7 +79,7 @@ def _header(name: str, max_batch: int) -> str:
 
 
 def _footer(spec: ModelSpec, component: str, tensorrt: bool, trt_profile: dict[str, str] | None = None) -> str:
-    text = 'instance_group [ { count: 1 kind: KIND_GPU } ]\n' + _parameters(spec, component)
+    text = "instance_group [ { count: 1 kind: KIND_GPU } ]\n" + _parameters(spec, component)
     return text + (_trt_block(trt_profile) if tensorrt else "")
 
 

@@ -75,9 +75,7 @@ def objects_layer(viewer, image: Image) -> Labels:
     existing = existing_objects_layer(viewer, image)
     if existing is not None:
         return existing
-    return viewer.add_labels(
-        np.zeros(shape, np.uint32), name=OBJECTS_NAME, scale=image.scale, translate=image.translate
-    )
+    return viewer.add_labels(np.zeros(shape, np.uint32), name=OBJECTS_NAME, scale=image.scale, translate=image.translate)
 
 
 def show_preview(layer: Labels, mask: np.ndarray | None) -> None:

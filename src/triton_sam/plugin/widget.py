@@ -55,9 +55,7 @@ def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
     return os.environ.get(env) or str(settings.value(key, default))
 
 
-def offered_models(
-    backend: str, url: str | None, api_key: str | None, ssl: bool, repository: Path
-) -> tuple[str, list[str]]:
+def offered_models(backend: str, url: str | None, api_key: str | None, ssl: bool, repository: Path) -> tuple[str, list[str]]:
     """(where, model ids) a backend can serve: the Triton server's, else the local repository's."""
     if backend != "local":
         from ..engines.triton import TritonClient, served_models

@@ -36,7 +36,17 @@ from .models import python_model_source
 ENV_SERVER_PYTHON = "TRITON_SAM_SERVER_PYTHON"
 SERVER_PACKAGES = ("nvidia-pytriton==0.7.0", "numpy<2", "onnxruntime-gpu==1.31.1")
 CONFIG_FILE = "config.pbtxt"
-RESTRICTED_PROTOCOLS = ("health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace", "logging")
+RESTRICTED_PROTOCOLS = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
 
 
 def default_server_env() -> Path:

@@ -1,6 +1,7 @@
 """triton-sam's Triton python-backend models; exported as `model.py` (see `TritonPythonModel`).
 
-Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An *encode* request sends the image (`image`, [B,H,W,C] uint8, any size: the encoder resizes) and gets back a
+Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An
+*encode* request sends the image (`image`, [B,H,W,C] uint8, any size: the encoder resizes) and gets back a
 `handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
 gets mask logits back under the decoder's output names. Features live in a bounded LRU in this
 process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
