@@ -52,7 +52,7 @@ def engine(request, synthetic_repository):
 @pytest.fixture
 def session(engine):
     previews = Previews()
-    session = InteractiveSession(engine, previews)
+    session = InteractiveSession(engine, previews, owns_engine=False)  # the engine serves the module
     session.previews = previews
     session.set_plane(("img", 0), IMAGE)
     yield session
@@ -84,14 +84,14 @@ def test_a_burst_of_moves_ends_with_the_last_position_and_sends_less(session, mo
     session.hover(80, 80)
     preview = session.previews.wait_for(lambda p: p is not None and p.point == (80, 80))
     assert preview.mask[80, 80] and not preview.mask[150, 300]
-    stats = session.decoder.stats
+    stats = session.stats
     assert stats.events == 121 and stats.sent + stats.skipped < stats.events
 
 
 def test_tiny_moves_are_skipped(session):
     session.hover(100, 100)
     session.hover(100.5, 100.5)
-    assert session.decoder.stats.skipped == 1
+    assert session.stats.skipped == 1
 
 
 def test_click_then_commit_returns_the_object_and_a_new_id(session):
@@ -154,11 +154,23 @@ def test_planes_keep_their_own_embedding_object_and_never_show_each_other(sessio
 
 def test_leaving_the_image_stops_hover_work(session):
     session.hover(-5, 10)
-    assert session.decoder.stats.events == 0
+    assert session.stats.events == 0
     for x in range(20, 120, 5):
         session.hover(x, 80)
     session.leave()
     shown = len(session.previews.items)
     time.sleep(0.3)
     assert session.previews.items[shown:] == []  # nothing arrives after the cursor left
-    assert session.decoder.stats.events == 20
+    assert session.stats.events == 20
+
+
+@pytest.mark.parametrize("owns_engine", [True, False])
+def test_closing_a_session_closes_its_engine_unless_the_engine_was_lent(synthetic_repository, owns_engine):
+    engine = create_engine(TINY, "local", synthetic_repository)
+    closed = []
+    engine.close = lambda: closed.append(engine)
+    session = InteractiveSession(engine, lambda preview: None, owns_engine=owns_engine)
+    session.set_plane("p", IMAGE)
+    session.hover(300, 150)
+    session.close()
+    assert closed == ([engine] if owns_engine else []) and session.idle

@@ -25,7 +25,7 @@ from .embeddings import EmbeddingCache
 from .engines import CancelToken, Engine, ImageFeatures
 from .image import ContrastLimits, encoder_input
 from .prompts import model_request
-from .speculative import Delivery, SpeculativeDecoder
+from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
 
 
 @dataclass(frozen=True)
@@ -86,19 +86,26 @@ class _Plane:
 
 
 class InteractiveSession:
-    """Builds objects from prompts on the plane being shown; see the module docstring."""
+    """Builds objects from prompts on the plane being shown; see the module docstring.
+
+    The one object callers talk to: it owns its decoder's scheduling and, unless `owns_engine` is
+    False, its engine (`close` closes both).
+    """
 
     def __init__(
         self,
         engine: Engine,
         on_preview: Callable[[Preview | None], None],
+        *,
         cache: EmbeddingCache | None = None,
         max_in_flight: int = 1,
         min_move_px: float = 2.0,
         mask_threshold: float = 0.0,
         on_error: Callable[[Exception], None] | None = None,
+        owns_engine: bool = True,
     ) -> None:
         self.engine = engine
+        self.owns_engine = owns_engine
         self.spec = engine.spec
         self.cache = cache or EmbeddingCache(engine)
         self.min_move_px = min_move_px
@@ -110,7 +117,7 @@ class InteractiveSession:
         self._objects: dict[Hashable, ObjectPrompts] = {}
         self._last_hover: tuple[float, float] | None = None
         self._hover_preview: Preview | None = None
-        self.decoder = SpeculativeDecoder(
+        self._decoder = SpeculativeDecoder(
             self._deliver,
             max_in_flight,
             on_error,
@@ -131,7 +138,7 @@ class InteractiveSession:
             self._plane = _Plane(key, features, tuple(image.shape[:2]))
             self._last_hover = None
             self._hover_preview = None
-            self.decoder.clear()
+            self._decoder.clear()
 
     @property
     def plane(self) -> Hashable | None:
@@ -163,7 +170,7 @@ class InteractiveSession:
             if self._plane is not plane:  # the plane changed meanwhile
                 return None
             if self._last_hover is not None and math.dist(self._last_hover, (x, y)) < self.min_move_px:
-                self.decoder.count_skipped_event()
+                self._decoder.count_skipped_event()
                 return None
             self._last_hover = (x, y)
             kwargs = self.object.request_kwargs(extra_point=(x, y))
@@ -172,14 +179,14 @@ class InteractiveSession:
             masks, scores = self._decode(plane, kwargs, False, token)
             return Preview(plane.key, masks[0], float(scores[0]), point=(x, y))
 
-        return self.decoder.hover(run, t_event)
+        return self._decoder.hover(run, t_event)
 
     def leave(self) -> None:
         """The cursor left the image: stop hover work and show nothing."""
         with self._lock:
             self._last_hover = None
             self._hover_preview = None
-            self.decoder.clear()
+            self._decoder.clear()
         self._on_preview(None)
 
     # --- prompts ------------------------------------------------------------------------------
@@ -221,7 +228,7 @@ class InteractiveSession:
             obj.low_res = obj.scores = None  # the refinement chain no longer applies
             if obj.empty:
                 obj.version += 1
-                self.decoder.clear(prompts=True)
+                self._decoder.clear(prompts=True)
                 self._on_preview(None)
             else:
                 self._submit_prompt(None)
@@ -242,7 +249,7 @@ class InteractiveSession:
         """Drop the object in progress on this plane."""
         with self._lock:
             self._objects.pop(self._plane.key if self._plane else None, None)
-            self.decoder.clear(prompts=True)
+            self._decoder.clear(prompts=True)
         self._on_preview(None)
 
     def commit(self, wait_s: float = 30.0) -> Committed | None:
@@ -268,9 +275,34 @@ class InteractiveSession:
             self._objects.pop(plane.key, None)
             self._hover_preview = None
             self._last_hover = None
-            self.decoder.clear(prompts=True)
+            self._decoder.clear(prompts=True)
         self._on_preview(None)
         return committed
+
+    # --- scheduling state ---------------------------------------------------------------------
+
+    @property
+    def stats(self) -> SchedulerStats:
+        """What the scheduler did: events, decodes sent, cancelled, delivered, latencies."""
+        return self._decoder.stats
+
+    @property
+    def idle(self) -> bool:
+        """No decode pending or running."""
+        return self._decoder.idle
+
+    @property
+    def in_flight(self) -> int:
+        """Decodes running now."""
+        return self._decoder.in_flight
+
+    def is_current(self, preview: Preview) -> bool:
+        """Whether `preview` is still the newest result (a last check before showing it)."""
+        return self._decoder.is_current(preview.seq)
+
+    def is_superseded(self, preview: Preview) -> bool:
+        """Whether a newer hover was asked for after the one `preview` answers."""
+        return preview.seq < self._decoder.latest_hover_seq
 
     # --- internals ----------------------------------------------------------------------------
 
@@ -298,7 +330,7 @@ class InteractiveSession:
                     obj.pending -= 1
                     self._lock.notify_all()
 
-        return self.decoder.prompt(run, t_event)
+        return self._decoder.prompt(run, t_event)
 
     def _candidate_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
         mask = self._image_masks(obj.low_res[obj.chosen][None], plane)[0]
@@ -330,5 +362,7 @@ class InteractiveSession:
         self._on_preview(preview)
 
     def close(self) -> None:
-        """Stop decoding; no worker thread outlives this call."""
-        self.decoder.close()
+        """Stop decoding (no worker thread outlives this call) and close the engine if owned."""
+        self._decoder.close()
+        if self.owns_engine:
+            self.engine.close()

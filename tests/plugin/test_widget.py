@@ -312,17 +312,17 @@ def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_
     _slow_decodes(monkeypatch, widget)  # to remove the layer mid-decode
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 300, 150))
-    qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
+    qtbot.waitUntil(lambda: widget.session.in_flight == 1, timeout=5000)
     viewer.layers.remove(image)
     assert "removed" in widget.status.text() and not widget.ready
-    qtbot.waitUntil(lambda: widget.session.decoder.idle, timeout=5000)
+    qtbot.waitUntil(lambda: widget.session.idle, timeout=5000)
     qtbot.wait(200)
     assert not preview.data.any()  # the late result was not shown
     move(viewer, world(image, 80, 80))
     click(viewer, world(image, 80, 80))
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(300)
-    assert widget.session.decoder.stats.events == 1 and widget.session.object.empty
+    assert widget.session.stats.events == 1 and widget.session.object.empty
     assert layers.OBJECTS_NAME not in viewer.layers and not preview.data.any()
     widget.close_session()
 
@@ -366,7 +366,7 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies_mid_hove
         qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
         os.kill(server.pid, signal.SIGSTOP)
         move(viewer, world(image, 80, 80))  # this decode goes to the stalled server ...
-        qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
+        qtbot.waitUntil(lambda: widget.session.in_flight == 1, timeout=5000)
         os.killpg(server.pid, signal.SIGKILL)  # ... which dies while it holds it
     finally:
         server.stop()
@@ -447,7 +447,7 @@ def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(q
     _slow_decodes(monkeypatch, widget)  # to close the panel mid-decode
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 300, 150))
-    qtbot.waitUntil(lambda: widget.session.decoder.in_flight == 1, timeout=5000)
+    qtbot.waitUntil(lambda: widget.session.in_flight == 1, timeout=5000)
     viewer.window.remove_dock_widget(widget)  # what the panel's close button does
     assert widget.session is None
     qtbot.waitUntil(lambda: not [t for t in threading.enumerate() if t.name.startswith("triton-sam-decode")], timeout=5000)

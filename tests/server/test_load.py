@@ -79,12 +79,11 @@ def test_sixteen_sessions_hover_for_a_minute_without_errors_or_leaks(evicting_se
     replaying = False
     sampler.join()
     deadline = time.monotonic() + 30
-    while not all(s.decoder.idle for s in sessions) and time.monotonic() < deadline:
+    while not all(s.idle for s in sessions) and time.monotonic() < deadline:
         time.sleep(0.05)
-    stats = [s.decoder.stats for s in sessions]
+    stats = [s.stats for s in sessions]
     for session in sessions:
         session.close()
-        session.engine.close()
     counts = evicting_server.session_requests(TINY.session_name)
 
     assert errors == [] and sum(s.failed for s in stats) == 0

@@ -55,15 +55,14 @@ def _round(server: LocalTritonServer, spec: ModelSpec, images, traces) -> dict:
     for thread in threads:
         thread.join()
     for session in sessions:
-        while not session.decoder.idle:
+        while not session.idle:
             time.sleep(0.01)
     seconds = time.perf_counter() - started
     decoded = server.session_requests(spec.session_name).get("decoded", 0) - before
-    latencies = np.concatenate([np.asarray(s.decoder.stats.latencies_s) * 1000.0 for s in sessions] + [np.zeros(0)])
-    failed = sum(s.decoder.stats.failed for s in sessions)
+    latencies = np.concatenate([np.asarray(s.stats.latencies_s) * 1000.0 for s in sessions] + [np.zeros(0)])
+    failed = sum(s.stats.failed for s in sessions)
     for session in sessions:
         session.close()
-        session.engine.close()
     return {
         "annotators": len(images),
         "decodes_per_s": decoded / seconds,

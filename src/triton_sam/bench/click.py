@@ -59,9 +59,7 @@ def run(
             options = {}
             if backend == "triton":
                 options["url"] = stack.enter_context(loopback_server(repository, model_id)).grpc_url
-            engine = create_engine(spec, backend, repository, **options)
-            stack.callback(engine.close)
-            session = InteractiveSession(engine, lambda preview: None)
+            session = InteractiveSession(create_engine(spec, backend, repository, **options), lambda preview: None)
             stack.callback(session.close)
             session.set_plane("bench", image)
             _our_click(session, *points[0])  # warm-up

@@ -64,16 +64,16 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
     stale = []
 
     def on_preview(preview: Preview | None) -> None:
-        if preview is not None and preview.seq < session.decoder.latest_hover_seq:
+        if preview is not None and session.is_superseded(preview):
             stale.append(preview.seq)
 
-    session = InteractiveSession(engine, on_preview)
+    session = InteractiveSession(engine, on_preview, owns_engine=False)
     session.set_plane("bench", image)
     replay(trace, lambda i, x, y, t: session.hover(x, y, t_event=t))
-    while not session.decoder.idle:
+    while not session.idle:
         time.sleep(0.01)
     session.close()
-    stats = session.decoder.stats.snapshot()
+    stats = session.stats.snapshot()
     return {
         "events": stats["events"],
         "requests_sent": stats["sent"],  # each started on the engine (a server may drop it queued)

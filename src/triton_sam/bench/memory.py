@@ -92,9 +92,8 @@ def _soak(server: LocalTritonServer, spec, image, soak_s: float, sample_s: float
             mouse_trace(image.shape[:2], 120.0, sample_s, seed=len(samples)), lambda i, x, y, t: session.hover(x, y, t_event=t)
         )
         samples.append((elapsed / 60.0, _rss_mib(me), _rss_mib(server_process)))
-    stats = session.decoder.stats.snapshot()
+    stats = session.stats.snapshot()
     session.close()
-    session.engine.close()
     minutes, client, served = (np.asarray(column) for column in zip(*samples))
     half = len(samples) // 2  # the first minutes include warm-up (allocator pools, caches filling)
     return {

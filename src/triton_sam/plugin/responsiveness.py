@@ -104,7 +104,7 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
     """
     canvas = next(w for w in widget.window().findChildren(QOpenGLWidget) if w.isVisible())
     screen = ScreenClock(widget, canvas)
-    decoder = widget.session.decoder
+    session = widget.session
     sent_at: list[float] = []
     pending = list(reversed(trace))
     mover = QTimer()
@@ -125,7 +125,7 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
     mover.timeout.connect(move)
     started = time.perf_counter()
     mover.start()
-    _run_until(lambda: not mover.isActive() and decoder.idle, trace[-1][0] + 60)
+    _run_until(lambda: not mover.isActive() and session.idle, trace[-1][0] + 60)
     _run_until(lambda: False, 0.2)  # the last frame
     stalls = monitor.stop()
     latency = [
@@ -138,7 +138,7 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
         "moves": len(trace),
         "previews_on_screen": len(latency),
         "event_to_screen_ms": bench.summarize(latency, percentiles=(50, 95, 99)),
-        "scheduler": decoder.stats.snapshot(),
+        "scheduler": session.stats.snapshot(),
     }
 
 

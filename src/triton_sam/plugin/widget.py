@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from functools import partial
 from pathlib import Path
 
 import napari
@@ -70,12 +69,6 @@ def offered_models(backend: str, url: str | None, api_key: str | None, ssl: bool
         finally:
             client.close()
     return f"Local repository {repository}", exported_models(repository)
-
-
-def _shut_down(session: InteractiveSession) -> None:
-    """Stop a session's decoding and let go of its engine."""
-    session.close()
-    session.engine.close()
 
 
 class TritonSamWidget(QWidget):
@@ -280,7 +273,7 @@ class TritonSamWidget(QWidget):
         disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
         cache = EmbeddingCache(engine, disk_dir=disk_dir)
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
-        self._shut_down_on_delete = partial(_shut_down, self.session)
+        self._shut_down_on_delete = self.session.close
         self.destroyed.connect(self._shut_down_on_delete)
         self.preview = layers.preview_layer(self.viewer, self.image)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
@@ -475,12 +468,12 @@ class TritonSamWidget(QWidget):
         if preview is not None:
             if not self.ready or preview.plane != self.session.plane:
                 return
-            if preview.point is not None and not self.session.decoder.is_current(preview.seq):
+            if preview.point is not None and not self.session.is_current(preview):
                 return
         layers.show_preview(self.preview, None if preview is None else preview.mask)
         if preview is not None:
             self.preview_shown.emit(preview)
-        stats = self.session.decoder.stats
+        stats = self.session.stats
         if preview is not None and stats.latencies_s:
             self.set_status(
                 f"{self.session.engine.describe()} · last preview {stats.latencies_s[-1] * 1000:.0f} ms · "
@@ -507,5 +500,5 @@ class TritonSamWidget(QWidget):
         self._closed = True
         if self.session is not None:
             self.destroyed.disconnect(self._shut_down_on_delete)
-            _shut_down(self.session)
+            self.session.close()
             self.session = None
