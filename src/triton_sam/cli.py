@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .bench.fixtures import BENCH_SHAPE
 from .errors import TritonSamError
 from .registry import DEFAULT_MODEL, MODELS, get_model
 from .repository import default_model_repository, exported_models
@@ -98,9 +99,9 @@ def _cmd_bench_hover(args) -> None:
 
 
 def _cmd_bench_gui(args) -> None:
-    from .plugin import responsiveness
+    from .bench import gui
 
-    result = responsiveness.run(
+    result = gui.run(
         args.model,
         shape=tuple(args.shape),
         hover_s=args.duration,
@@ -230,7 +231,7 @@ def _add_bench_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     parser.add_argument("--encodes", type=int, default=3)
     parser.add_argument("--decodes", type=int, default=30)
-    parser.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    parser.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
 
@@ -312,14 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     bench_hover.add_argument("--rate", type=float, default=120.0, help="mouse events per second")
     bench_hover.add_argument("--duration", type=float, default=10.0, help="trace length in seconds")
-    bench_hover.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    bench_hover.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_hover.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_hover.set_defaults(func=_cmd_bench_hover)
     bench_gui = kinds.add_parser("gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)")
     bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     bench_gui.add_argument("--duration", type=float, default=5.0, help="seconds of hovering")
     bench_gui.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
-    bench_gui.add_argument("--shape", type=int, nargs=2, default=(977, 1531), metavar=("H", "W"))
+    bench_gui.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
     bench_gui.set_defaults(func=_cmd_bench_gui)

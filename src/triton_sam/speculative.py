@@ -92,8 +92,7 @@ class SchedulerStats:
         """Counts and event-to-result latency percentiles in milliseconds."""
         counts = {k: v for k, v in self.__dict__.items() if k != "latencies_s"}
         latency = np.asarray(self.latencies_s) * 1000.0
-        percentiles = {f"p{p}": float(np.percentile(latency, p)) if latency.size else None for p in (50, 95, 99)}
-        return {**counts, "latency_ms": percentiles}
+        return {**counts, "latency_ms": latency_percentiles(latency)}
 
 
 class SpeculativeDecoder:
@@ -336,6 +335,12 @@ class SpeculativeDecoder:
             self._on_error(error)
             return
         self._deliver(Delivery(job.kind, job.seq, value, latency, job.t_event))
+
+
+def latency_percentiles(latency_ms) -> dict[str, float | None]:
+    """p50, p95 and p99 of latencies in milliseconds (None for none): the one format of latency figures."""
+    latency = np.asarray(latency_ms, dtype=float)
+    return {f"p{p}": float(np.percentile(latency, p)) if latency.size else None for p in (50, 95, 99)}
 
 
 def _moving_average(average: float | None, sample: float) -> float:

@@ -60,7 +60,7 @@ class _Sam1Reference:
 
 
 def _reference(model_id: str):
-    from triton_sam.bench.predictor import official_predictor
+    from triton_sam.bench.fixtures import official_predictor
 
     reference = official_predictor(model_id, PARITY_SEED)
     return reference if get_model(model_id).family in ("sam2", "sam3") else _Sam1Reference(reference)

@@ -17,8 +17,8 @@ from triton_sam import Predictor
 napari = pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
 
+from triton_sam.bench.gui import send_mouse  # noqa: E402
 from triton_sam.plugin import layers  # noqa: E402
-from triton_sam.plugin.responsiveness import send_mouse  # noqa: E402
 from triton_sam.plugin.widget import KEYS, TritonSamWidget  # noqa: E402
 
 H, W = 240, 400

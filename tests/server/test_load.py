@@ -14,7 +14,7 @@ import pytest
 
 from conftest import start_server
 from synthetic import disk_image, write_repository
-from triton_sam.bench.hover import mouse_trace, replay
+from triton_sam.bench.fixtures import mouse_trace, replay
 from triton_sam.engines.triton import TritonEngine
 from triton_sam.export import write_session_model
 from triton_sam.registry import get_model

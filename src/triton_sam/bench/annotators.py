@@ -17,11 +17,11 @@ import numpy as np
 
 from ..engines.triton import TritonEngine
 from ..export import write_session_model
-from ..registry import ModelSpec, get_model
+from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession
-from .hover import mouse_trace, replay
-from .predictor import bench_images, exported_repository
+from ..speculative import latency_percentiles
+from .fixtures import BENCH_SHAPE, bench_images, exported_repository, mouse_trace, replay
 from .wire import loopback_server
 
 
@@ -67,18 +67,18 @@ def _round(server: LocalTritonServer, spec: ModelSpec, images, traces) -> dict:
         "annotators": len(images),
         "decodes_per_s": decoded / seconds,
         "previews": int(latencies.size),
-        "latency_ms": {f"p{p}": float(np.percentile(latencies, p)) if latencies.size else None for p in (50, 95, 99)},
+        "latency_ms": latency_percentiles(latencies),
         "errors": len(errors) + failed,
         "first_error": str(errors[0]) if errors else None,
     }
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     counts: tuple[int, ...] = (1, 4, 16, 32),
     duration_s: float = 10.0,
     rate_hz: float = 120.0,
-    shape: tuple[int, int] = (977, 1531),
+    shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
 ) -> dict:

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from ..engines import create_engine
-from ..registry import get_model
+from ..registry import DEFAULT_MODEL, get_model
 from ..session import InteractiveSession
 from . import summarize, timed_call
+from .fixtures import BENCH_SHAPE, bench_image, exported_repository, official_predictor
 from .parity import mask_iou
-from .predictor import bench_image, exported_repository, official_predictor
 from .wire import loopback_server
 
 
@@ -35,9 +35,9 @@ def _our_click(session: InteractiveSession, x: float, y: float) -> np.ndarray | 
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     clicks: int = 20,
-    shape: tuple[int, int] = (977, 1531),
+    shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     backends: tuple[str, ...] = ("local", "triton"),
     workdir: Path = Path(".bench"),

@@ -10,7 +10,6 @@ on the local engine and on a local Triton server (`triton-sam serve`), in the sa
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,43 +20,16 @@ import numpy as np
 from ..engines import Engine, ImageFeatures, create_engine
 from ..image import encoder_input
 from ..prompts import model_request
-from ..registry import ModelSpec, get_model
+from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession, Preview
+from ..speculative import latency_percentiles
 from . import summarize, timed
-from .predictor import bench_image, exported_repository
+from .fixtures import BENCH_SHAPE, PAUSE_S, bench_image, exported_repository, mouse_trace, replay
 from .wire import loopback_server
 
 NAIVE_THREADS = 4
-PAUSE_S = (0.2, 0.6)  # the cursor rests this long between strokes
 REST_S = sum(PAUSE_S) / 2
-
-
-def mouse_trace(shape: tuple[int, int], rate_hz: float, duration_s: float, seed: int = 0) -> list[tuple[float, float, float]]:
-    """(t, x, y) events: straight strokes of 0.3-1.0 s between random points, 0.2-0.6 s pauses."""
-    rng = random.Random(seed)
-    height, width = shape
-    events, t = [], 0.0
-    x, y = width / 2, height / 2
-    while t < duration_s:
-        tx, ty = rng.uniform(0, width - 1), rng.uniform(0, height - 1)
-        steps = max(1, int(rng.uniform(0.3, 1.0) * rate_hz))
-        for i in range(1, steps + 1):
-            events.append((t, x + (tx - x) * i / steps, y + (ty - y) * i / steps))
-            t += 1.0 / rate_hz
-        x, y = tx, ty
-        t += rng.uniform(*PAUSE_S)
-    return [e for e in events if e[0] < duration_s]
-
-
-def replay(trace, send) -> None:
-    """Call `send(index, x, y, t_event)` at each event's time."""
-    start = time.perf_counter()
-    for index, (t, x, y) in enumerate(trace):
-        delay = start + t - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        send(index, x, y, time.perf_counter())
 
 
 def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
@@ -102,7 +74,7 @@ def _client_result(events: int, sent: int, latencies_s: list[float], stale: int)
         "cancelled": 0,
         "delivered": len(latency),
         "stale_delivered": stale,
-        "latency_ms": {f"p{p}": float(np.percentile(latency, p)) if latency.size else None for p in (50, 95, 99)},
+        "latency_ms": latency_percentiles(latency),
     }
 
 
@@ -203,10 +175,10 @@ def _modes(engine: Engine, image: np.ndarray, trace, server: LocalTritonServer |
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     rate_hz: float = 120.0,
     duration_s: float = 10.0,
-    shape: tuple[int, int] = (977, 1531),
+    shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     backends: tuple[str, ...] = ("local", "triton"),
     workdir: Path = Path(".bench"),

@@ -22,11 +22,10 @@ from ..embeddings import EmbeddingCache
 from ..engines import Engine, ImageFeatures, create_engine
 from ..export.triton_config import SESSION_CACHE_SIZE
 from ..image import encoder_input
-from ..registry import get_model
+from ..registry import DEFAULT_MODEL, get_model
 from ..server.local import LocalTritonServer
 from ..session import InteractiveSession
-from .hover import mouse_trace, replay
-from .predictor import bench_images, exported_repository
+from .fixtures import BENCH_SHAPE, bench_images, exported_repository, mouse_trace, replay
 from .wire import loopback_server
 
 MIB = 2**20
@@ -109,12 +108,12 @@ def _soak(server: LocalTritonServer, spec, image, soak_s: float, sample_s: float
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     client_counts: tuple[int, ...] = (1, 10, 100),
     server_counts: tuple[int, ...] = (1, 10, SESSION_CACHE_SIZE + 4),
     soak_s: float = 600.0,
     sample_s: float = 10.0,
-    shape: tuple[int, int] = (977, 1531),
+    shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
 ) -> dict:

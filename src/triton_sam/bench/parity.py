@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..predictor import Predictor
-from .predictor import exported_repository, official_predictor
+from ..registry import DEFAULT_MODEL
+from .fixtures import exported_repository, official_predictor
 
 
 def parity_images() -> dict[str, np.ndarray]:
@@ -75,7 +76,7 @@ def _agreement(reference_outputs: list, outputs: list) -> dict:
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     device: str = "cpu",
     half: bool = False,
     seed: int = 0,

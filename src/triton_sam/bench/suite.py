@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from ..engines.providers import cuda_device_count
+from ..registry import DEFAULT_MODEL
 
 PROFILES: dict[str, dict[str, dict]] = {
     "full": {
@@ -80,7 +81,7 @@ RUNNERS = {
     "click": "triton_sam.bench.click",
     "annotators": "triton_sam.bench.annotators",
     "memory": "triton_sam.bench.memory",
-    "gui": "triton_sam.plugin.responsiveness",
+    "gui": "triton_sam.bench.gui",
 }
 
 
@@ -101,7 +102,7 @@ def _child(name: str, options: dict, model_id: str, seed: int, workdir: Path) ->
 def run_all(
     output: Path,
     profile: str = "full",
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     seed: int = 0,
     workdir: Path = Path(".bench"),
     only: tuple[str, ...] | None = None,

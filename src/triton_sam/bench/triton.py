@@ -18,9 +18,9 @@ from ..engines import Engine, ImageFeatures, create_engine
 from ..engines.triton import TritonEngine
 from ..image import encoder_input
 from ..prompts import DecodeRequest, model_request
-from ..registry import ModelSpec, get_model
+from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from . import summarize, timed, timed_call
-from .predictor import bench_image, exported_repository
+from .fixtures import BENCH_SHAPE, bench_image, exported_repository
 from .wire import CountingProxy, loopback_server
 
 
@@ -99,12 +99,12 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
+    model_id: str = DEFAULT_MODEL,
     encodes: int = 3,
     decodes: int = 30,
     clients: tuple[int, ...] = (1, 4, 16),
     duration_s: float = 3.0,
-    shape: tuple[int, int] = (977, 1531),
+    shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
 ) -> dict:

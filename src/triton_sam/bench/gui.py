@@ -21,6 +21,8 @@ from qtpy.QtOpenGLWidgets import QOpenGLWidget
 from qtpy.QtWidgets import QApplication, QWidget
 
 from .. import bench
+from ..registry import DEFAULT_MODEL
+from .fixtures import BENCH_SHAPE
 
 
 class StallMonitor:
@@ -176,17 +178,16 @@ def _backend_run(backend: str, url: str | None, model_id: str, repository: Path,
 
 
 def run(
-    model_id: str = "sam2.1_hiera_tiny",
-    shape: tuple[int, int] = (977, 1531),
+    model_id: str = DEFAULT_MODEL,
+    shape: tuple[int, int] = BENCH_SHAPE,
     hover_s: float = 5.0,
     rate_hz: float = 120.0,
     seed: int = 0,
     backends: tuple[str, ...] = ("local", "triton"),
     workdir: Path = Path(".bench"),
 ) -> dict:
-    from ..bench.hover import mouse_trace
-    from ..bench.predictor import bench_image, exported_repository
-    from ..bench.wire import loopback_server
+    from .fixtures import bench_image, exported_repository, mouse_trace
+    from .wire import loopback_server
 
     repository = exported_repository(model_id, seed, workdir)
     plane = bench_image(shape)

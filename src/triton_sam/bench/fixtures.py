@@ -1,0 +1,116 @@
+"""What the benchmarks share: the exported model, the official predictor, images and mouse traces.
+
+Tests use them too (the parity tests' official predictor, the load test's traces).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelFileError, ModelNotFoundError
+from ..registry import get_model
+from ..repository import ENCODER_FP16, ENCODER_FP32, locate, read_metadata
+
+BENCH_SHAPE = (977, 1531)  # (H, W) of the image every benchmark uses by default
+PAUSE_S = (0.2, 0.6)  # in mouse traces, the cursor rests this long between strokes
+
+
+def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = False) -> Path:
+    """`workdir`/model_repository (`_fp16` with `half`) with `model_id` exported from random-init
+    weights of `seed`. Exports only when that exact export is not there yet.
+    """
+    from ..export import write_session_model
+
+    spec = get_model(model_id)
+    repository = Path(workdir) / ("model_repository_fp16" if half else "model_repository")
+    precision = ENCODER_FP16 if half else ENCODER_FP32
+    try:
+        exported = locate(spec, repository)
+        metadata = [read_metadata(path.parent.parent) for path in (exported.encoder, exported.decoder)]
+        if all(m.get("seed") == seed and m.get("encoder_precision", ENCODER_FP32) == precision for m in metadata):
+            write_session_model(spec, repository)  # cheap; keeps an older export's session model current
+            return repository
+    except (ModelNotFoundError, ModelFileError):
+        pass
+    from ..export import export_model
+
+    export_model(spec, repository, seed=seed, half=half, progress=lambda message: print(message, file=sys.stderr))
+    return repository
+
+
+def official_predictor(model_id: str, seed: int, device: str = "cpu"):
+    """The official predictor of `model_id`'s family, with the random-init weights of `seed`, on `device`."""
+    spec = get_model(model_id)
+    if spec.family == "sam2":
+        from sam2.sam2_image_predictor import SAM2ImagePredictor
+
+        from ..export.sam2_onnx import build_model
+
+        return SAM2ImagePredictor(build_model(spec, seed=seed).to(device))
+    if spec.family == "sam3":
+        from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
+
+        from ..export.sam3_onnx import build_model
+
+        return SAM3InteractiveImagePredictor(build_model(spec, seed=seed).to(device))
+    from ..export.sam1_onnx import build_model
+
+    if spec.family == "mobile_sam":
+        from mobile_sam import SamPredictor
+    else:
+        from segment_anything import SamPredictor
+    return SamPredictor(build_model(spec, seed=seed).to(device))
+
+
+def onnx_mib(repository: Path, model_id: str) -> float:
+    """Size of the exported encoder and decoder files (weights included), MiB."""
+    exported = locate(get_model(model_id), repository)
+    return sum(f.stat().st_size for path in (exported.encoder, exported.decoder) for f in path.parent.iterdir()) / 2**20
+
+
+def bench_image(shape: tuple[int, int]) -> np.ndarray:
+    """A natural RGB image (skimage's astronaut) stretched to `shape`."""
+    from PIL import Image
+    from skimage import data
+
+    return np.asarray(Image.fromarray(data.astronaut()).resize((shape[1], shape[0]), Image.BILINEAR))
+
+
+def bench_images(shape: tuple[int, int], count: int) -> Iterator[np.ndarray]:
+    """`count` different images of `shape` (the bench image flipped and shifted), made one at a time."""
+    base = bench_image(shape)
+    for i in range(count):
+        yield np.roll(base if i % 2 == 0 else base[:, ::-1], shift=37 * i, axis=(0, 1))
+
+
+def mouse_trace(shape: tuple[int, int], rate_hz: float, duration_s: float, seed: int = 0) -> list[tuple[float, float, float]]:
+    """(t, x, y) events: straight strokes of 0.3-1.0 s between random points, 0.2-0.6 s pauses."""
+    rng = random.Random(seed)
+    height, width = shape
+    events, t = [], 0.0
+    x, y = width / 2, height / 2
+    while t < duration_s:
+        tx, ty = rng.uniform(0, width - 1), rng.uniform(0, height - 1)
+        steps = max(1, int(rng.uniform(0.3, 1.0) * rate_hz))
+        for i in range(1, steps + 1):
+            events.append((t, x + (tx - x) * i / steps, y + (ty - y) * i / steps))
+            t += 1.0 / rate_hz
+        x, y = tx, ty
+        t += rng.uniform(*PAUSE_S)
+    return [e for e in events if e[0] < duration_s]
+
+
+def replay(trace, send) -> None:
+    """Call `send(index, x, y, t_event)` at each event's time."""
+    start = time.perf_counter()
+    for index, (t, x, y) in enumerate(trace):
+        delay = start + t - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        send(index, x, y, time.perf_counter())
