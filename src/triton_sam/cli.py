@@ -171,7 +171,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def _cmd_serve(args) -> None:
-    from .engines.triton import ENV_API_KEY
+    from .engines.connection import ENV_API_KEY
     from .server.local import LocalTritonServer
 
     server = LocalTritonServer(

@@ -49,3 +49,12 @@ LABEL_BOX_TOP_LEFT = 2
 LABEL_BOX_BOTTOM_RIGHT = 3
 
 METADATA_FILE = "triton_sam.json"
+
+# Names the client and the server side (configs, the python model, `triton-sam serve`) share; the
+# python model keeps its own copies (it runs alone in Triton), checked against these in the tests.
+MODEL_ID_PARAMETER = "triton_sam_model_id"  # config.pbtxt parameters
+COMPONENT_PARAMETER = "triton_sam_component"  # "encoder", "decoder" or "session"
+CONTRACT_VERSION_PARAMETER = "triton_sam_contract_version"
+SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome} on Triton's metrics endpoint
+API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
+API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

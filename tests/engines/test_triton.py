@@ -14,7 +14,7 @@ from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image, write_repository
 from triton_sam import contract
 from triton_sam.bench.wire import CountingProxy, free_port
-from triton_sam.engines import CancelToken, create_engine
+from triton_sam.engines import CancelToken, TritonConnection, create_engine
 from triton_sam.engines.triton import TritonClient, TritonEngine, served_models
 from triton_sam.errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from triton_sam.export import write_session_model
@@ -70,7 +70,7 @@ def test_triton_predictor_gives_the_local_masks(synthetic_server, synthetic_repo
 
 
 def test_concurrent_decodes_batched_on_the_server_each_get_their_own_masks(synthetic_server, synthetic_repository):
-    remote = TritonEngine(TINY, url=synthetic_server.grpc_url)
+    remote = TritonEngine(TINY, TritonConnection(synthetic_server.grpc_url))
     local = create_engine(TINY, "local", synthetic_repository)
     image = np.repeat(disk_image(1024, 1024, [(200, 200, 100), (700, 600, 150)])[..., None], 3, axis=2)
     remote_features, local_features = remote.encode(image), local.encode(image)
@@ -117,7 +117,7 @@ def test_a_decode_costs_under_4_kb_upstream(synthetic_server):
 
 @pytest.mark.parametrize("model_id", SERVED_MODELS)
 def test_each_served_model_through_triton_matches_the_local_engine(model_id, models_server, exported_repository):
-    client = TritonClient(models_server.grpc_url)
+    client = TritonClient(TritonConnection(models_server.grpc_url))
     try:
         assert sorted(served_models(client)) == sorted(SERVED_MODELS)  # side by side on one server
     finally:
@@ -171,7 +171,7 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 def test_cancelled_queued_decodes_never_run_on_the_server(batching, request):
     server = request.getfixturevalue("sam2_batching_server" if batching else "models_server")
     assert server.session_batching == batching
-    engine = TritonEngine(TINY, url=server.grpc_url)
+    engine = TritonEngine(TINY, TritonConnection(server.grpc_url))
     # Behind a batcher a superseded running decode is only cancelled when overdue (see TritonEngine).
     assert engine.cancel_running == ("overdue" if batching else "always")
     rng = np.random.default_rng(1)
@@ -227,7 +227,7 @@ def _request_ns(url: str, model: str) -> dict[str, int]:
 
 def test_a_decode_cancelled_while_running_is_stopped_on_the_server(models_server):
     url = models_server.grpc_url
-    engine = TritonEngine(TINY, url=url)
+    engine = TritonEngine(TINY, TritonConnection(url))
     features = engine.encode(np.random.default_rng(2).integers(0, 255, (1024, 1024, 3), np.uint8))
     boxes = np.array([[10 + i, 20, 600 + i, 700] for i in range(16)], np.float32)
     heavy = build_request((1024, 1024), (1024, 1024), box=boxes)  # 16 prompt sets: a long decoder run
@@ -279,15 +279,15 @@ def test_an_evicted_embedding_is_encoded_again_without_the_caller_noticing(small
 
 
 def test_discovery_and_a_contract_mismatch_is_explained(small_cache_server):
-    client = TritonClient(small_cache_server.grpc_url)
+    client = TritonClient(TritonConnection(small_cache_server.grpc_url))
     try:
         assert served_models(client) == [TINY.model_id, SMALL.model_id]
     finally:
         client.close()
     with pytest.raises(ServerModelError, match="contract version 999"):
-        TritonEngine(SMALL, url=small_cache_server.grpc_url)
+        TritonEngine(SMALL, TritonConnection(small_cache_server.grpc_url))
     with pytest.raises(ServerModelError, match="does not serve sam2.1_hiera_large.*sam2.1_hiera_tiny"):
-        TritonEngine(get_model("sam2.1_hiera_large"), url=small_cache_server.grpc_url)
+        TritonEngine(get_model("sam2.1_hiera_large"), TritonConnection(small_cache_server.grpc_url))
 
 
 def test_restart_is_recovered_and_a_dead_server_gives_a_clear_error_quickly(synthetic_repository):
@@ -352,7 +352,7 @@ def test_auto_without_a_server_says_why_it_runs_locally(synthetic_repository):
 
 def test_a_full_server_queue_is_reported_as_overload_not_as_a_dead_server(synthetic_server):
     """Triton's own refusal text (queue policy); `auto` must not give up on the server for it."""
-    engine = TritonEngine(TINY, url=synthetic_server.grpc_url)
+    engine = TritonEngine(TINY, TritonConnection(synthetic_server.grpc_url))
     try:
         for text in ("[request id: <id_unknown>] Exceeds maximum queue size", "Request timeout expired"):
             error = engine._error(InferenceServerException(text, status="StatusCode.UNAVAILABLE"))

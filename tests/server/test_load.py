@@ -15,7 +15,7 @@ import pytest
 from conftest import start_server
 from synthetic import disk_image, write_repository
 from triton_sam.bench.fixtures import mouse_trace, replay
-from triton_sam.engines.triton import TritonEngine
+from triton_sam.engines.triton import TritonConnection, TritonEngine
 from triton_sam.export import write_session_model
 from triton_sam.registry import get_model
 from triton_sam.session import InteractiveSession
@@ -51,7 +51,7 @@ def test_sixteen_sessions_hover_for_a_minute_without_errors_or_leaks(evicting_se
     errors: list[Exception] = []
     sessions = []
     for i in range(SESSIONS):
-        engine = TritonEngine(TINY, url=evicting_server.grpc_url)
+        engine = TritonEngine(TINY, TritonConnection(evicting_server.grpc_url))
         session = InteractiveSession(engine, lambda preview: None, on_error=errors.append)
         session.set_plane("plane", disk_image(H, W, [(50 + 15 * i, 80 + 7 * i, 30 + i)]))
         sessions.append(session)

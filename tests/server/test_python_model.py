@@ -87,7 +87,7 @@ class _NoCounts:
 
 def _session_model(python_model, repository, buffers: str, cache_size: int = 16):
     params = {
-        "triton_sam_model_id": TINY.model_id,
+        contract.MODEL_ID_PARAMETER: TINY.model_id,
         "encoder_model": TINY.encoder_name,
         "decoder_model": TINY.decoder_name,
         "cache_size": str(cache_size),
@@ -98,6 +98,10 @@ def _session_model(python_model, repository, buffers: str, cache_size: int = 16)
 
 def test_the_python_model_shares_the_clients_constants_and_content_hash(python_model):
     assert python_model.UNKNOWN_HANDLE == contract.UNKNOWN_HANDLE
+    assert (python_model.IMAGE, python_model.HANDLE) == (contract.ENCODER_INPUT, contract.HANDLE)
+    assert python_model.MODEL_ID_PARAMETER == contract.MODEL_ID_PARAMETER
+    assert python_model.COMPONENT_PARAMETER == contract.COMPONENT_PARAMETER
+    assert python_model.SESSION_REQUESTS_METRIC == contract.SESSION_REQUESTS_METRIC
     assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
     assert python_model.GATHER_FILE == GATHER_FILE
     image = encoder_input(disk_image(30, 40, [(10, 10, 5)]), TINY)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engines.triton import TritonEngine
+from ..engines.triton import TritonConnection, TritonEngine
 from ..export import write_session_model
 from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from ..server.local import LocalTritonServer
@@ -41,7 +41,8 @@ def _round(server: LocalTritonServer, spec: ModelSpec, images, traces) -> dict:
     errors: list[Exception] = []
     sessions = []
     for image in images:
-        session = InteractiveSession(TritonEngine(spec, url=server.grpc_url), lambda preview: None, on_error=errors.append)
+        engine = TritonEngine(spec, TritonConnection(server.grpc_url))
+        session = InteractiveSession(engine, lambda preview: None, on_error=errors.append)
         session.set_plane("plane", image)  # encoded once per server: handles are content hashes
         sessions.append(session)
     before = server.session_requests(spec.session_name).get("decoded", 0)

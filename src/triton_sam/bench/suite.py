@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from ..engines.providers import cuda_device_count
+from ..gpu import cuda_device_count
 from ..registry import DEFAULT_MODEL
 
 PROFILES: dict[str, dict[str, dict]] = {

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engines import Engine, ImageFeatures, create_engine
-from ..engines.triton import TritonEngine
+from ..engines.triton import TritonConnection, TritonEngine
 from ..image import encoder_input
 from ..prompts import DecodeRequest, model_request
 from ..registry import DEFAULT_MODEL, ModelSpec, get_model
@@ -38,7 +38,7 @@ def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
 
 def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:
     """Decodes per second with `clients` threads, each with its own connection, for `duration_s`."""
-    engines = [TritonEngine(spec, url=url) for _ in range(clients)]
+    engines = [TritonEngine(spec, TritonConnection(url)) for _ in range(clients)]
     features = engines[0].encode(image)
     counts = [0] * clients
     latencies: list[float] = []
@@ -116,7 +116,7 @@ def run(
 
     with loopback_server(repository, model_id, session_batching=True) as batching:
         proxy = CountingProxy(batching.grpc_url)
-        remote = TritonEngine(spec, url=proxy.url)
+        remote = TritonEngine(spec, TritonConnection(proxy.url))
         remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)  # warm-up, connection set-up
         local.decode(local.encode(inputs[-1]), _hover_request(spec), False)
         result.update(_latency(local, remote, proxy, spec, inputs[:encodes], decodes))

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, ServerUnavailableError
 from ..registry import ModelSpec
+from ..repository import exported_models
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures
+from .connection import CONNECTION_OPTIONS, TritonConnection
 
 BACKENDS = ("local", "triton", "auto")
-TRITON_OPTIONS = frozenset(
-    {"url", "ssl", "root_certificates", "headers", "api_key", "timeout_s", "encode_timeout_s", "reconnect_s"}
-)
+TRITON_ENGINE_OPTIONS = frozenset({"encode_timeout_s", "reconnect_s"})  # besides `TritonConnection`'s
 
 
 def _local(spec: ModelSpec, model_repository: Path | None, options: dict) -> Engine:
@@ -21,30 +22,67 @@ def _local(spec: ModelSpec, model_repository: Path | None, options: dict) -> Eng
     return LocalEngine(locate(spec, model_repository), **options)
 
 
-def _triton(spec: ModelSpec, options: dict) -> Engine:
+def _triton(spec: ModelSpec, connection: TritonConnection, options: dict) -> Engine:
     from .triton import TritonEngine
 
-    return TritonEngine(spec, **options)
+    return TritonEngine(spec, connection, **options)
 
 
-def create_engine(spec: ModelSpec, backend: str = "local", model_repository: Path | None = None, **options) -> Engine:
-    """An engine for `spec` on `backend`: "local" (ONNX Runtime here), "triton" (a Triton server at
-    `url`), or "auto" (Triton when it answers, else local; see `FallbackEngine`).
+def create_engine(
+    spec: ModelSpec,
+    backend: str = "local",
+    model_repository: Path | None = None,
+    *,
+    connection: TritonConnection | None = None,
+    **options,
+) -> Engine:
+    """An engine for `spec` on `backend`: "local" (ONNX Runtime here), "triton" (the Triton server
+    of `connection`), or "auto" (Triton when it answers, else local; see `FallbackEngine`).
+
+    `options`: `TritonConnection`'s fields (url, ssl, api_key, ...; they override `connection`'s),
+    `TritonEngine`'s timeouts and, for "auto", `retry_s`; the rest goes to `LocalEngine`.
     """
     retry = {"retry_s": options.pop("retry_s")} if "retry_s" in options else {}  # auto only
-    triton_options = {k: v for k, v in options.items() if k in TRITON_OPTIONS}
-    local_options = {k: v for k, v in options.items() if k not in TRITON_OPTIONS}
+    loose = {k: options.pop(k) for k in list(options) if k in CONNECTION_OPTIONS}
+    connection = replace(connection or TritonConnection(), **loose)
+    triton_options = {k: options.pop(k) for k in list(options) if k in TRITON_ENGINE_OPTIONS}
     if backend == "local":
-        return _local(spec, model_repository, local_options)
+        return _local(spec, model_repository, options)
     if backend == "triton":
-        return _triton(spec, triton_options)
+        return _triton(spec, connection, triton_options)
     if backend == "auto":
         from .fallback import FallbackEngine
 
         return FallbackEngine(
-            lambda: _triton(spec, triton_options), lambda: _local(spec, model_repository, local_options), **retry
+            lambda: _triton(spec, connection, triton_options), lambda: _local(spec, model_repository, options), **retry
         )
     raise InvalidInputError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
 
 
-__all__ = ["BACKENDS", "CancelToken", "DecodeResult", "Engine", "ImageFeatures", "create_engine"]
+def offered_models(backend: str, repository: Path, connection: TritonConnection | None = None) -> tuple[str, list[str]]:
+    """(where, model ids) `backend` can serve: the Triton server's ("triton", or "auto" while it
+    answers), else the local repository's."""
+    if backend != "local":
+        from .triton import TritonClient, served_models
+
+        client = TritonClient(connection)
+        try:
+            return f"Triton at {client.url}", served_models(client)
+        except ServerUnavailableError:
+            if backend == "triton":
+                raise
+        finally:
+            client.close()
+    return f"Local repository {repository}", exported_models(repository)
+
+
+__all__ = [
+    "BACKENDS",
+    "CancelToken",
+    "DecodeResult",
+    "Engine",
+    "ImageFeatures",
+    "TritonConnection",
+    "create_engine",
+    "offered_models",
+]

@@ -9,37 +9,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import sys
 
 import onnxruntime as ort
+
+from ..gpu import cuda_device_count, load_library
 
 TENSORRT = "TensorrtExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 
 
-def _load(names: tuple[str, ...]) -> ctypes.CDLL | None:
-    for name in names:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
-
-
-@functools.cache
-def cuda_device_count() -> int:
-    """Number of CUDA devices the driver reports; 0 without a driver."""
-    driver = _load(("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so"))
-    if driver is None or driver.cuInit(0) != 0:
-        return 0
-    count = ctypes.c_int(0)
-    return count.value if driver.cuDeviceGetCount(ctypes.byref(count)) == 0 else 0
-
-
 @functools.cache
 def _tensorrt_present() -> bool:
-    return _load(("libnvinfer.so.10", "nvinfer_10.dll")) is not None or bool(ctypes.util.find_library("nvinfer"))
+    return load_library(("libnvinfer.so.10", "nvinfer_10.dll")) is not None or bool(ctypes.util.find_library("nvinfer"))
 
 
 def usable_providers(allow_tensorrt: bool = True) -> list[str]:

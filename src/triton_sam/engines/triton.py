@@ -12,25 +12,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from .. import contract
-from ..errors import DecodeCancelled, InvalidInputError, ServerBusyError, ServerModelError, ServerUnavailableError
+from ..errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
 from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
+from .connection import ENV_API_KEY, TritonConnection, default_timeout_s, default_url
 
-ENV_URL = "TRITON_SAM_URL"
-ENV_API_KEY = "TRITON_SAM_API_KEY"
-ENV_TIMEOUT = "TRITON_SAM_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 10.0
-API_KEY_NAME = "triton-sam-key"  # `triton-sam serve --api-key`: HTTP clients send this header,
-API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
-DEFAULT_URL = "127.0.0.1:8001"
 REENCODE_ATTEMPTS = 3
 # Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
 # reconnect backoff short so a restarted server is found again within a second or two.
@@ -45,23 +38,6 @@ _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
 
 
-def default_url() -> str:
-    """`$TRITON_SAM_URL`, else the gRPC port of a server on this machine."""
-    return os.environ.get(ENV_URL) or DEFAULT_URL
-
-
-def default_timeout_s() -> float:
-    """`$TRITON_SAM_TIMEOUT_S`, else 10 s: how long a decode or a server check may take."""
-    text = os.environ.get(ENV_TIMEOUT)
-    try:
-        seconds = float(text) if text else DEFAULT_TIMEOUT_S
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:
-        raise InvalidInputError(f"${ENV_TIMEOUT} must be a positive number of seconds, not {text!r}.")
-    return seconds
-
-
 class _HandleLost(Exception):
     """The server no longer has the features behind a handle."""
 
@@ -69,23 +45,16 @@ class _HandleLost(Exception):
 class TritonClient:
     """A gRPC connection to one Triton server, with the options every call needs."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        ssl: bool = False,
-        root_certificates: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        api_key: str | None = None,
-    ) -> None:
-        self.url = url or default_url()
-        self.headers = dict(headers or {})
-        api_key = api_key or os.environ.get(ENV_API_KEY)
-        if api_key:  # what `triton-sam serve` with $TRITON_SAM_API_KEY asks for
-            self.headers[API_KEY_GRPC_HEADER] = api_key
-        self.timeout_s = timeout_s or default_timeout_s()
+    def __init__(self, connection: TritonConnection | None = None) -> None:
+        connection = connection or TritonConnection()
+        self.url = connection.url or default_url()
+        self.headers = dict(connection.headers)
+        api_key = connection.api_key or os.environ.get(ENV_API_KEY)
+        if api_key:
+            self.headers[contract.API_KEY_GRPC_HEADER] = api_key
+        self.timeout_s = connection.timeout_s or default_timeout_s()
         self.grpc = grpcclient.InferenceServerClient(
-            self.url, ssl=ssl, root_certificates=root_certificates, channel_args=CHANNEL_ARGS
+            self.url, ssl=connection.ssl, root_certificates=connection.root_certificates, channel_args=CHANNEL_ARGS
         )
 
     def unreachable(self, error: Exception) -> ServerUnavailableError:
@@ -143,17 +112,13 @@ class TritonEngine(Engine):
     def __init__(
         self,
         spec: ModelSpec,
-        url: str | None = None,
-        ssl: bool = False,
-        root_certificates: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        api_key: str | None = None,
+        connection: TritonConnection | None = None,
+        *,
         encode_timeout_s: float = 300.0,
         reconnect_s: float = 5.0,
     ) -> None:
         self.spec = spec
-        self.client = TritonClient(url, ssl, root_certificates, headers, timeout_s, api_key)
+        self.client = TritonClient(connection)
         self.encode_timeout_s = encode_timeout_s
         self.reconnect_s = reconnect_s
         try:
@@ -161,7 +126,7 @@ class TritonEngine(Engine):
         except Exception:
             self.client.close()
             raise
-        version = _parameter(config, "triton_sam_contract_version")
+        version = _parameter(config, contract.CONTRACT_VERSION_PARAMETER)
         if version != str(contract.CONTRACT_VERSION):
             self.client.close()
             raise ServerModelError(

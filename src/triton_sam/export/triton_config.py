@@ -58,9 +58,9 @@ SESSION_CACHE_SIZE = 16
 
 def _parameters(spec: ModelSpec, component: str, **extra: str) -> str:
     values = {
-        "triton_sam_model_id": spec.model_id,
-        "triton_sam_component": component,
-        "triton_sam_contract_version": str(contract.CONTRACT_VERSION),
+        contract.MODEL_ID_PARAMETER: spec.model_id,
+        contract.COMPONENT_PARAMETER: component,
+        contract.CONTRACT_VERSION_PARAMETER: str(contract.CONTRACT_VERSION),
         **extra,
     }
     return "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in values.items())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import napari
@@ -30,10 +31,10 @@ from qtpy.QtWidgets import (
 from superqt.utils import ensure_main_thread
 
 from ..embeddings import EmbeddingCache
-from ..engines import create_engine
-from ..engines.triton import default_url
+from ..engines import TritonConnection, create_engine, offered_models
+from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
 from ..registry import DEFAULT_MODEL, MODELS, get_model
-from ..repository import default_model_repository, exported_models
+from ..repository import default_model_repository
 from ..session import InteractiveSession, Preview
 from . import layers
 
@@ -52,23 +53,6 @@ CLICK_TOLERANCE_PX = 3.0
 def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
     """Environment first, then what the user chose last time, then the default."""
     return os.environ.get(env) or str(settings.value(key, default))
-
-
-def offered_models(backend: str, url: str | None, api_key: str | None, ssl: bool, repository: Path) -> tuple[str, list[str]]:
-    """(where, model ids) a backend can serve: the Triton server's, else the local repository's."""
-    if backend != "local":
-        from ..engines.triton import TritonClient, served_models
-        from ..errors import ServerUnavailableError
-
-        client = TritonClient(url, ssl=ssl, api_key=api_key, timeout_s=3.0)
-        try:
-            return f"Triton at {client.url}", served_models(client)
-        except ServerUnavailableError:
-            if backend == "triton":
-                raise
-        finally:
-            client.close()
-    return f"Local repository {repository}", exported_models(repository)
 
 
 class TritonSamWidget(QWidget):
@@ -126,8 +110,8 @@ class TritonSamWidget(QWidget):
         self.backend.addItems(list(BACKENDS))
         chosen = _setting(s, "backend", "TRITON_SAM_BACKEND", "auto").lower()
         self.backend.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
-        self.url = QLineEdit(_setting(s, "url", "TRITON_SAM_URL", default_url()))
-        self.api_key = QLineEdit(os.environ.get("TRITON_SAM_API_KEY", ""))
+        self.url = QLineEdit(_setting(s, "url", ENV_URL, default_url()))
+        self.api_key = QLineEdit(os.environ.get(ENV_API_KEY, ""))
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.tls = QCheckBox("TLS")
         self.tls.setChecked(str(s.value("tls", "false")) == "true")
@@ -201,6 +185,12 @@ class TritonSamWidget(QWidget):
         s.setValue("repository", self.repository.text())
         s.setValue("disk_cache", "true" if self.disk_cache.isChecked() else "false")
 
+    def _connection(self) -> TritonConnection:
+        """The Triton server the form names."""
+        return TritonConnection(
+            url=self.url.text().strip() or None, ssl=self.tls.isChecked(), api_key=self.api_key.text() or None
+        )
+
     def set_status(self, text: str) -> None:
         self.status.setText(text)
 
@@ -210,10 +200,8 @@ class TritonSamWidget(QWidget):
         worker = create_worker(
             offered_models,
             backend,
-            self.url.text().strip() or None,
-            self.api_key.text() or None,
-            self.tls.isChecked(),
             Path(self.repository.text()).expanduser(),
+            replace(self._connection(), timeout_s=3.0),
             _ignore_errors=True,
             _start_thread=False,
         )
@@ -240,11 +228,6 @@ class TritonSamWidget(QWidget):
         self._save_settings()
         self._closed = False
         self.image = self.viewer.layers[self.layer.currentText()]
-        options = {
-            "url": self.url.text().strip() or None,
-            "ssl": self.tls.isChecked(),
-            "api_key": self.api_key.text() or None,
-        }
         backend = BACKENDS[self.backend.currentText()]
         spec = get_model(self.model.currentText())
         repository = Path(self.repository.text()).expanduser()
@@ -255,7 +238,7 @@ class TritonSamWidget(QWidget):
             spec,
             backend,
             repository,
-            **(options if backend != "local" else {}),
+            connection=self._connection(),
             _ignore_errors=True,  # reported in the status line (`_failed`), not re-raised as a traceback
             _start_thread=False,
         )

@@ -27,9 +27,9 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from ..engines.providers import cuda_device_count
-from ..engines.triton import API_KEY_GRPC_HEADER, API_KEY_NAME
+from ..contract import API_KEY_GRPC_HEADER, API_KEY_NAME, SESSION_REQUESTS_METRIC
 from ..errors import ServerUnavailableError, TritonSamError
+from ..gpu import cuda_device_count
 from ..repository import read_metadata
 from .models import python_model_source
 
@@ -130,7 +130,7 @@ def session_request_counts(text: str, model_name: str) -> dict[str, int]:
     """The session model's request counters by outcome, from Triton's Prometheus metrics text."""
     counts = {}
     for line in text.splitlines():
-        if line.startswith("triton_sam_session_requests_total{") and f'model="{model_name}"' in line:
+        if line.startswith(SESSION_REQUESTS_METRIC + "{") and f'model="{model_name}"' in line:
             labels, value = line.rsplit(" ", 1)
             outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
             counts[outcome] = int(float(value))

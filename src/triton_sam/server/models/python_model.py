@@ -34,7 +34,13 @@ import numpy as np
 import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
 
+# Copies of names in triton_sam.contract (this file runs alone in Triton; a test compares them).
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"
+IMAGE = "image"
+HANDLE = "handle"
+MODEL_ID_PARAMETER = "triton_sam_model_id"
+COMPONENT_PARAMETER = "triton_sam_component"
+SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"
 GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
 
@@ -78,7 +84,7 @@ class FeatureCache:
         pass
 
     def encode(self, handle: str, image: np.ndarray, encoder) -> None:
-        self._put(handle, dict(zip(self.names, encoder.run(self.names, {"image": image[None]}))))
+        self._put(handle, dict(zip(self.names, encoder.run(self.names, {IMAGE: image[None]}))))
 
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
         """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
@@ -114,7 +120,7 @@ class BufferFeatureCache(FeatureCache):
             self._evicted(self._items.popitem(last=False)[1])
         slot = self.free.pop()
         binding = encoder.io_binding()
-        binding.bind_cpu_input("image", np.ascontiguousarray(image[None]))
+        binding.bind_cpu_input(IMAGE, np.ascontiguousarray(image[None]))
         for name in self.names:
             self._bind(binding, binding.bind_output, name, slot)
         try:
@@ -183,7 +189,7 @@ class RequestCounts:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.family = pb_utils.MetricFamily(
-            name="triton_sam_session_requests_total",
+            name=SESSION_REQUESTS_METRIC,
             description="Session model requests by outcome (encoded, decoded, cancelled_queued, cancelled_running, failed)",
             kind=pb_utils.MetricFamily.COUNTER,
         )
@@ -203,7 +209,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         model_dir = Path(args["model_repository"])
-        if params.get("triton_sam_component") == "session":
+        if params.get(COMPONENT_PARAMETER) == "session":
             version_dir = model_dir / args["model_version"]
             self.model = SessionModel(model_dir.parent, params, RequestCounts(config["name"]), version_dir)
         else:
@@ -279,7 +285,7 @@ class SessionModel:
 
     def __init__(self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path) -> None:
         self.counts = counts
-        self.model_id = params["triton_sam_model_id"]
+        self.model_id = params[MODEL_ID_PARAMETER]
         self.encoder = _session(repository / params["encoder_model"] / "1" / "model.onnx")
         self.decoder = _session(repository / params["decoder_model"] / "1" / "model.onnx")
         low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
@@ -293,7 +299,7 @@ class SessionModel:
         decodes = []
         for request in requests:  # encodes first: decodes then see slots no later encode can reuse
             try:
-                if pb_utils.get_input_tensor_by_name(request, "image") is not None:
+                if pb_utils.get_input_tensor_by_name(request, IMAGE) is not None:
                     responses[id(request)] = self._encode(request)
                 else:
                     decodes.append(request)
@@ -317,7 +323,7 @@ class SessionModel:
         return [responses[id(r)] for r in requests]
 
     def _encode(self, request):
-        images = pb_utils.get_input_tensor_by_name(request, "image").as_numpy()
+        images = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy()
         if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
             raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
         handles = [image_handle(image, self.model_id) for image in images]
@@ -325,11 +331,11 @@ class SessionModel:
             if handle not in self.cache:
                 self.cache.encode(handle, image, self.encoder)
         self.counts.add("encoded")
-        return _response(["handle"], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
+        return _response([HANDLE], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
 
     def _decode_inputs(self, request) -> tuple:
         """One request's rows (cached features, one per prompt set) and prompt tensors."""
-        handles = _required(request, "handle").reshape(-1)
+        handles = _required(request, HANDLE).reshape(-1)
         coords = _required(request, "point_coords").astype(np.float32)
         labels = _required(request, "point_labels").astype(np.int32)
         batch = len(handles)
