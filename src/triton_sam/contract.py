@@ -2,6 +2,25 @@
 
 Bump `CONTRACT_VERSION` whenever a name, dtype or layout below changes: clients refuse models
 exported under another version instead of producing wrong masks.
+
+Glossary (one name per concept throughout the code):
+- image / plane: a 2D picture as the user has it (a plane of a napari layer); encoder input: the
+  uint8 image the client sends (`image.encoder_input`); model input: what the network sees after
+  the encoder's resize (`ModelSpec.input_hw`; prompts are scaled to it).
+- features: everything the encoder computes for one image, its feature maps
+  (`ModelSpec.feature_shapes`), held by `engines.ImageFeatures` and cached by `features.FeatureCache`.
+  Users and SAM's own API call them the image embedding (`Predictor.get_image_embedding`, "Keep
+  embeddings on disk"); the code says features.
+- content signature: the hash of an encoder input and a model id (`features.content_signature`);
+  the server hands it back as the handle of features it keeps.
+- session: `session.InteractiveSession`, one user's interactive segmentation. The session model is
+  the Triton python model `<model>_session` that keeps features on the server. ONNX Runtime's
+  sessions are `ort_session` / `_ort_session`.
+- engine: runs one model's encoder and decoder (local ONNX Runtime, Triton, or auto).
+- prompts: points, a box and a previous round's low-res logits; decode: one decoder call for them;
+  low-res logits: its 256x256 (SAM3: 288x288) mask logits; masks: logits above the threshold at the
+  image's size (`masks.MaskResizer`); preview: the mask shown under the cursor; commit: the object
+  becomes a label.
 """
 
 from __future__ import annotations
@@ -26,7 +45,7 @@ SINGLE_MASK = "single_mask"  # float32 [B, 1, 256, 256], chosen as the official 
 SINGLE_SCORE = "single_iou"  # float32 [B, 1]
 OBJECT_SCORE = "object_score_logits"  # float32 [B, 1]
 
-# Session model (embeddings stay on the server): encode returns a handle, decode takes it.
+# Session model (features stay on the server): encode returns a handle, decode takes it.
 HANDLE = "handle"  # bytes [B, 1]
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"  # starts the error message for an evicted or unknown handle
 

@@ -92,7 +92,7 @@ class MaskResizer:
         options = ort.SessionOptions()
         options.log_severity_level = 3  # Resize placement notes on GPUs are not for users
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
+        self._ort_session = ort.InferenceSession(
             resize_graph(spec).SerializeToString(), sess_options=options, providers=list(providers)
         )
         self._run_options = ort.RunOptions()
@@ -120,5 +120,5 @@ class MaskResizer:
         }
         if spec.resize != STRETCH:
             feeds["input_hw"] = np.array(spec.input_hw(image_hw), np.int64)
-        (result,) = self._session.run([output], feeds, self._run_options)
+        (result,) = self._ort_session.run([output], feeds, self._run_options)
         return result.reshape(*lead, *image_hw)

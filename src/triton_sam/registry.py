@@ -71,7 +71,7 @@ class ModelSpec:
 
     @property
     def session_name(self) -> str:
-        """Name of the stateful model that keeps embeddings on the server (encode -> handle -> decode)."""
+        """Name of the stateful model that keeps features on the server (encode -> handle -> decode)."""
         return f"{self.model_id}_session"
 
     @property

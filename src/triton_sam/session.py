@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .embeddings import EmbeddingCache
 from .engines import CancelToken, Engine, ImageFeatures
+from .features import FeatureCache
 from .image import ContrastLimits, encoder_input
 from .prompts import model_request
 from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
@@ -97,7 +97,7 @@ class InteractiveSession:
         engine: Engine,
         on_preview: Callable[[Preview | None], None],
         *,
-        cache: EmbeddingCache | None = None,
+        cache: FeatureCache | None = None,
         max_in_flight: int = 1,
         min_move_px: float = 2.0,
         mask_threshold: float = 0.0,
@@ -107,7 +107,7 @@ class InteractiveSession:
         self.engine = engine
         self.owns_engine = owns_engine
         self.spec = engine.spec
-        self.cache = cache or EmbeddingCache(engine)
+        self.cache = cache or FeatureCache(engine)
         self.min_move_px = min_move_px
         self.mask_threshold = mask_threshold
         self.next_object_id = 1

@@ -13,8 +13,8 @@ import pytest
 
 from synthetic import disk_image
 from triton_sam import contract
-from triton_sam.embeddings import content_signature
 from triton_sam.export import GATHER_FILE
+from triton_sam.features import content_signature
 from triton_sam.image import encoder_input
 from triton_sam.registry import get_model
 
@@ -105,7 +105,7 @@ def test_the_python_model_shares_the_clients_constants_and_content_hash(python_m
     assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
     assert python_model.GATHER_FILE == GATHER_FILE
     image = encoder_input(disk_image(30, 40, [(10, 10, 5)]), TINY)
-    assert python_model.image_handle(image, TINY.model_id) == content_signature(image, TINY.model_id)
+    assert python_model.content_signature(image, TINY.model_id) == content_signature(image, TINY.model_id)
 
 
 def _images() -> list[np.ndarray]:
@@ -133,7 +133,7 @@ def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_r
     in place, several gathered; a full cache evicts the oldest image and reuses its slot."""
     plain = _session_model(python_model, synthetic_repository, "off", cache_size=2)
     buffered = _session_model(python_model, synthetic_repository, "on", cache_size=2)
-    assert isinstance(buffered.cache, python_model.BufferFeatureCache)
+    assert isinstance(buffered.cache, python_model.BufferFeatureStore)
     first, second, third = _images()
     handles = [_encode(model, first) for model in (plain, buffered)]
     assert handles[0] == handles[1]

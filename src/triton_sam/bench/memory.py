@@ -1,7 +1,7 @@
-"""`triton-sam bench memory`: resident memory of client and server as embeddings pile up, and a soak.
+"""`triton-sam bench memory`: resident memory of client and server as image features pile up, and a soak.
 
 Client: this process with the local engine, after 1, 10 and 100 images went through the
-embedding cache (bounded at `EmbeddingCache.max_bytes`). To keep 100 entries affordable on a
+embedding cache (bounded at `FeatureCache.max_bytes`). To keep 100 entries affordable on a
 CPU, the engine encodes the first image for real and hands out a fresh copy of those arrays for
 every other image: same sizes, same cache path, no 100 encoder runs. Server: the Triton process
 and its model processes after encoding 1, 10 and `cache_size + 4` different images for real
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from ..embeddings import EmbeddingCache
 from ..engines import Engine, ImageFeatures, create_engine
 from ..export.triton_config import SESSION_CACHE_SIZE
+from ..features import FeatureCache
 from ..image import encoder_input
 from ..registry import DEFAULT_MODEL, get_model
 from ..server.local import LocalTritonServer
@@ -55,7 +55,7 @@ def _rss_mib(process: psutil.Process) -> float:
 
 def _client(repository: Path, spec, shape, counts) -> dict:
     engine = CopyingEngine(create_engine(spec, "local", repository))
-    cache = EmbeddingCache(engine)
+    cache = FeatureCache(engine)
     me = psutil.Process()
     images, rows, done = bench_images(shape, max(counts)), [], 0
     for count in counts:

@@ -43,8 +43,8 @@ class LocalEngine(Engine):
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._encoder = _session(exported.encoder, options, providers, trt_cache_dir)
-        self._decoder = _session(exported.decoder, options, providers, trt_cache_dir)
+        self._encoder = _ort_session(exported.encoder, options, providers, trt_cache_dir)
+        self._decoder = _ort_session(exported.decoder, options, providers, trt_cache_dir)
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
 
     @property
@@ -133,7 +133,7 @@ def _repeat(array: np.ndarray, batch: int) -> np.ndarray:
     return array if batch == 1 else np.repeat(array, batch, axis=0)
 
 
-def _session(path, options: ort.SessionOptions, providers: list[str], trt_cache_dir: str | None) -> ort.InferenceSession:
+def _ort_session(path, options: ort.SessionOptions, providers: list[str], trt_cache_dir: str | None) -> ort.InferenceSession:
     provider_list = [(p, provider_options(p, trt_cache_dir)) for p in providers]
     try:
         return ort.InferenceSession(str(path), sess_options=options, providers=provider_list)

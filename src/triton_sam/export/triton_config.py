@@ -2,7 +2,7 @@
 
 Encoder and decoder run on the ONNX Runtime backend with dynamic batching. The decoder's queue
 rejects work that waited too long (stale hover requests), and a client may cancel queued requests
-over gRPC. The session model (python backend, `server/models/python_model.py`) keeps embeddings on
+over gRPC. The session model (python backend, `server/models/python_model.py`) keeps features on
 the server so that a decode request carries only a handle and the prompts.
 """
 

@@ -23,7 +23,7 @@ def plane_index(layer: Image, world_point) -> tuple[int, ...]:
 
 
 def plane_key(layer: Image, index: tuple[int, ...]) -> Hashable:
-    """Identifies a plane of a layer for the session (embeddings themselves are keyed by content)."""
+    """Identifies a plane of a layer for the session (features themselves are keyed by content)."""
     return (id(layer), index)
 
 

@@ -30,9 +30,9 @@ from qtpy.QtWidgets import (
 )
 from superqt.utils import ensure_main_thread
 
-from ..embeddings import EmbeddingCache
 from ..engines import TritonConnection, create_engine, offered_models
 from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
+from ..features import FeatureCache
 from ..registry import DEFAULT_MODEL, MODELS, get_model
 from ..repository import default_model_repository
 from ..session import InteractiveSession, Preview
@@ -254,7 +254,7 @@ class TritonSamWidget(QWidget):
         self.close_session()
         self._closed = False
         disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
-        cache = EmbeddingCache(engine, disk_dir=disk_dir)
+        cache = FeatureCache(engine, disk_dir=disk_dir)
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
         self._shut_down_on_delete = self.session.close
         self.destroyed.connect(self._shut_down_on_delete)

@@ -1,6 +1,6 @@
 """triton-sam's Triton python-backend models; exported as `model.py` (see `TritonPythonModel`).
 
-Session model (`triton_sam_component: "session"`) keeps image embeddings on the server. An
+Session model (`triton_sam_component: "session"`) keeps image features on the server. An
 *encode* request sends the image (`image`, [B,H,W,C] uint8, any size: the encoder resizes) and gets back a
 `handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
 gets mask logits back under the decoder's output names. Features live in a bounded LRU in this
@@ -56,7 +56,7 @@ class UnknownHandle(KeyError):
     """The handle was never encoded here or has been evicted."""
 
 
-class FeatureCache:
+class FeatureStore:
     """Least-recently-used map of handle -> one image's encoder outputs as numpy arrays."""
 
     def __init__(self, capacity: int, names: list) -> None:
@@ -92,7 +92,7 @@ class FeatureCache:
         return decoder.run(wanted, {**feeds, **prompts}, options)
 
 
-class BufferFeatureCache(FeatureCache):
+class BufferFeatureStore(FeatureStore):
     """The same map, holding features in one ONNX Runtime buffer per output ([capacity, C, H, W],
     on the GPU) with a slot per image: the encoder writes into the slot and the decoder reads
     from it, so features never travel through host memory."""
@@ -165,7 +165,7 @@ def _has_cuda_device() -> bool:
         return False
 
 
-def _session(path: Path) -> "ort.InferenceSession":
+def _ort_session(path: Path) -> "ort.InferenceSession":
     """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs errors)."""
     providers = ["CPUExecutionProvider"]
     if "CUDAExecutionProvider" in ort.get_available_providers() and _has_cuda_device():
@@ -175,7 +175,7 @@ def _session(path: Path) -> "ort.InferenceSession":
     return ort.InferenceSession(str(path), options, providers=providers)
 
 
-def image_handle(image: np.ndarray, model_id: str) -> str:
+def content_signature(image: np.ndarray, model_id: str) -> str:
     """Content signature of one preprocessed image: equal images share one cache entry."""
     digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16)
     digest.update(str(image.shape).encode())  # SAM1 inputs vary in shape
@@ -258,8 +258,8 @@ class OnnxModel:
     counts = _NoCounts()
 
     def __init__(self, path: Path, config: dict) -> None:
-        self.session = _session(path)
-        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.ort_session = _ort_session(path)
+        self.inputs = [i.name for i in self.ort_session.get_inputs()]
         self.outputs = [o["name"] for o in config["output"]]
 
     def run(self, requests) -> list:
@@ -271,7 +271,7 @@ class OnnxModel:
                 responses.append(_failure(error))
                 continue
             wanted = _wanted(request, self.outputs)
-            responses.append(_response(wanted, self.session.run(wanted, feeds)))
+            responses.append(_response(wanted, self.ort_session.run(wanted, feeds)))
         return responses
 
 
@@ -286,13 +286,13 @@ class SessionModel:
     def __init__(self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path) -> None:
         self.counts = counts
         self.model_id = params[MODEL_ID_PARAMETER]
-        self.encoder = _session(repository / params["encoder_model"] / "1" / "model.onnx")
-        self.decoder = _session(repository / params["decoder_model"] / "1" / "model.onnx")
+        self.encoder = _ort_session(repository / params["encoder_model"] / "1" / "model.onnx")
+        self.decoder = _ort_session(repository / params["decoder_model"] / "1" / "model.onnx")
         low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
         self.low_res = low_res if isinstance(low_res, int) else 256
         on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
         self.batch_decodes = on_gpu
-        self.cache = _feature_cache(self.encoder, params, on_gpu, model_dir)
+        self.cache = _feature_store(self.encoder, params, on_gpu, model_dir)
 
     def run(self, requests) -> list:
         responses = {}
@@ -326,7 +326,7 @@ class SessionModel:
         images = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy()
         if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
             raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
-        handles = [image_handle(image, self.model_id) for image in images]
+        handles = [content_signature(image, self.model_id) for image in images]
         for handle, image in zip(handles, images):
             if handle not in self.cache:
                 self.cache.encode(handle, image, self.encoder)
@@ -372,17 +372,17 @@ class SessionModel:
         return responses
 
 
-def _feature_cache(encoder, params: dict, on_gpu: bool, model_dir: Path) -> FeatureCache:
+def _feature_store(encoder, params: dict, on_gpu: bool, model_dir: Path) -> FeatureStore:
     """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
     capacity = int(params.get("cache_size", "16"))
     names = [output.name for output in encoder.get_outputs()]
     buffers = params.get("feature_buffers", "auto")
     if buffers == "off" or (buffers == "auto" and not on_gpu):
-        return FeatureCache(capacity, names)
+        return FeatureStore(capacity, names)
     device = "cuda" if on_gpu else "cpu"
-    gather = _session(model_dir / GATHER_FILE)
+    gather = _ort_session(model_dir / GATHER_FILE)
     shapes = [output.shape[1:] for output in encoder.get_outputs()]
-    return BufferFeatureCache(capacity, names, shapes, device, gather)
+    return BufferFeatureStore(capacity, names, shapes, device, gather)
 
 
 def _joined(arrays: list) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Image embeddings cached by a content signature, so that an image plane is encoded once.
+"""Image features cached by a content signature, so that an image plane is encoded once.
 
 The key is a hash of the encoder input (the plane as sent) and the model id: the same plane
 shown with the same contrast hits the cache whatever layer or file it came from. Optionally the
@@ -30,7 +30,7 @@ def content_signature(model_input: np.ndarray, model_id: str) -> str:
     return digest.hexdigest()
 
 
-class EmbeddingCache:
+class FeatureCache:
     """Least-recently-used features of encoded images, bounded in megabytes; thread-safe.
 
     Concurrent requests for the same image encode it once: later callers wait for the first.

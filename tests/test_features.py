@@ -6,8 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from triton_sam.embeddings import EmbeddingCache, content_signature
 from triton_sam.engines import create_engine
+from triton_sam.features import FeatureCache, content_signature
 from triton_sam.registry import get_model
 
 TINY = get_model("sam2.1_hiera_tiny")
@@ -32,7 +32,7 @@ def _image(value: int) -> np.ndarray:
 def test_same_content_is_encoded_once_and_lru_bounded_in_megabytes(synthetic_repository):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
     per_image_mb = sum(4 * np.prod(s) for s in TINY.feature_shapes.values()) / 2**20
-    cache = EmbeddingCache(engine, max_mb=2.5 * per_image_mb)
+    cache = FeatureCache(engine, max_mb=2.5 * per_image_mb)
     first = cache.features(_image(10))
     assert cache.features(_image(10).copy()) is first and engine.encodes == 1  # content, not identity
     cache.features(_image(20))
@@ -46,7 +46,7 @@ def test_same_content_is_encoded_once_and_lru_bounded_in_megabytes(synthetic_rep
 
 def test_concurrent_requests_for_one_image_encode_it_once(synthetic_repository):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
-    cache = EmbeddingCache(engine)
+    cache = FeatureCache(engine)
     results = []
     threads = [threading.Thread(target=lambda: results.append(cache.features(_image(5)))) for _ in range(6)]
     for thread in threads:
@@ -68,14 +68,14 @@ def test_the_signature_depends_on_content_shape_and_model():
 def test_the_disk_cache_makes_a_new_session_instant_and_is_keyed_by_weights(synthetic_repository, tmp_path):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
     engine.weights_id = "synthetic-a"
-    first = EmbeddingCache(engine, disk_dir=tmp_path).features(_image(7))
-    again = EmbeddingCache(engine, disk_dir=tmp_path)  # a new session, same weights
+    first = FeatureCache(engine, disk_dir=tmp_path).features(_image(7))
+    again = FeatureCache(engine, disk_dir=tmp_path)  # a new session, same weights
     features = again.features(_image(7))
     assert engine.encodes == 1 and again.disk_hits == 1
     for name, array in first.arrays.items():
         np.testing.assert_array_equal(features.arrays[name], array)
     engine.weights_id = "synthetic-b"  # other weights: never reuse their features
-    EmbeddingCache(engine, disk_dir=tmp_path).features(_image(7))
+    FeatureCache(engine, disk_dir=tmp_path).features(_image(7))
     assert engine.encodes == 2
 
 
@@ -101,21 +101,21 @@ def _damaged(kind: str, good: bytes, arrays: dict[str, np.ndarray]) -> bytes:
 def test_a_corrupt_or_foreign_cache_file_is_never_used_and_is_replaced(kind, synthetic_repository, tmp_path):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
     engine.weights_id = "synthetic"
-    features = EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9))
+    features = FeatureCache(engine, disk_dir=tmp_path).features(_image(9))
     (cached,) = (tmp_path / "synthetic").glob("*.npz")
     cached.write_bytes(_damaged(kind, cached.read_bytes(), features.arrays))
-    cache = EmbeddingCache(engine, disk_dir=tmp_path)
+    cache = FeatureCache(engine, disk_dir=tmp_path)
     again = cache.features(_image(9))
     assert engine.encodes == 2 and cache.disk_hits == 0
     for name, array in features.arrays.items():
         np.testing.assert_array_equal(again.arrays[name], array)
-    assert EmbeddingCache(engine, disk_dir=tmp_path).features(_image(9)) and engine.encodes == 2  # rewritten
+    assert FeatureCache(engine, disk_dir=tmp_path).features(_image(9)) and engine.encodes == 2  # rewritten
 
 
 def test_the_disk_cache_is_private_to_the_user(synthetic_repository, tmp_path):
     engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
     engine.weights_id = "synthetic"
-    features = EmbeddingCache(engine, disk_dir=tmp_path).features(_image(3))
+    features = FeatureCache(engine, disk_dir=tmp_path).features(_image(3))
     (cached,) = (tmp_path / "synthetic").glob("*.npz")
     assert (tmp_path / "synthetic").stat().st_mode & 0o777 == 0o700
     assert cached.stat().st_mode & 0o077 == 0
