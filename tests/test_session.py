@@ -101,6 +101,15 @@ def test_click_then_commit_returns_the_object_and_a_new_id(session):
     committed = session.commit()
     assert committed.object_id == 1 and committed.plane == ("img", 0)
     np.testing.assert_array_equal(committed.mask, preview.mask)
+    assert committed.provenance == {
+        "points": [[80.0, 80.0]],
+        "labels": [1],
+        "box": None,
+        "candidate": preview.candidate,
+        "model_id": TINY.model_id,
+        "weights_id": session.engine.weights_id,
+        "mask_threshold": 0.0,
+    }
     assert session.object.empty and session.next_object_id == 2
     assert session.previews.items[-1] is None  # the preview is cleared
 
@@ -116,6 +125,8 @@ def test_commit_without_prompts_takes_the_object_under_the_cursor(session):
     session.previews.wait_for(lambda p: p is not None and p.point == (300, 150))
     committed = session.commit()
     assert committed.mask[150, 300] and not committed.mask[80, 80]
+    made = committed.provenance  # the cursor was the one prompt; the single mask SAM picks
+    assert (made["points"], made["labels"], made["box"], made["candidate"]) == ([[300, 150]], [1], None, None)
 
 
 def test_cycle_candidates_undo_and_discard(session):

@@ -43,11 +43,12 @@ class Preview:
 
 @dataclass(frozen=True)
 class Committed:
-    """A finished object: its mask on its plane and the id it was given."""
+    """A finished object: its mask on its plane, the id it was given, and how it was made."""
 
     plane: Hashable
     mask: np.ndarray  # bool [H, W]
     object_id: int
+    provenance: dict = field(default_factory=dict)  # see `InteractiveSession.provenance`
 
 
 @dataclass
@@ -264,13 +265,15 @@ class InteractiveSession:
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
             if not obj.empty and obj.low_res is not None and obj.decoded_version == obj.version:
                 mask = self._candidate_preview(plane, obj).mask
+                made_by = self.provenance(obj, candidate=obj.chosen)
             elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
                 mask = self._hover_preview.mask
+                made_by = self.provenance(ObjectPrompts(points=[self._hover_preview.point], labels=[1]), candidate=None)
             else:
                 return None
             if not mask.any():
                 return None
-            committed = Committed(plane.key, mask, self.next_object_id)
+            committed = Committed(plane.key, mask, self.next_object_id, made_by)
             self.next_object_id += 1
             self._objects.pop(plane.key, None)
             self._hover_preview = None
@@ -303,6 +306,19 @@ class InteractiveSession:
     def is_superseded(self, preview: Preview) -> bool:
         """Whether a newer hover was asked for after the one `preview` answers."""
         return preview.seq < self._decoder.latest_hover_seq
+
+    def provenance(self, obj: ObjectPrompts, candidate: int | None) -> dict:
+        """What reproduces an object: its prompts in image pixels (x, y), the candidate chosen
+        (None: the single mask SAM picks), the model and its weights, the mask threshold."""
+        return {
+            "points": [list(p) for p in obj.points],
+            "labels": list(obj.labels),
+            "box": list(obj.box) if obj.box is not None else None,
+            "candidate": candidate,
+            "model_id": self.spec.model_id,
+            "weights_id": self.engine.weights_id,
+            "mask_threshold": self.mask_threshold,
+        }
 
     # --- internals ----------------------------------------------------------------------------
 

@@ -28,8 +28,9 @@ def test_a_commit_never_paints_over_existing_labels_and_can_be_undone():
     objects.data[1, 0:5, 0:5] = 7  # the user's own annotation
     mask = np.zeros((10, 10), bool)
     mask[2:8, 2:8] = True
-    written = layers.write_object(objects, (1,), mask, 8)
+    written = layers.write_object(objects, (1,), mask, 8, {"points": [[4.0, 4.0]], "model_id": "m"})
     assert written == 36 - 9
+    assert objects.metadata[layers.PROVENANCE_KEY] == {8: {"plane": [1], "points": [[4.0, 4.0]], "model_id": "m"}}
     assert (objects.data[1, 0:5, 0:5] == 7).all() and objects.data[1, 6, 6] == 8
     assert not objects.data[0].any()  # other planes untouched
     objects.undo()

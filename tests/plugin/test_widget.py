@@ -19,7 +19,8 @@ from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
 
 from triton_sam.bench.gui import send_mouse  # noqa: E402
 from triton_sam.plugin import layers  # noqa: E402
-from triton_sam.plugin.widget import KEYS, TritonSamWidget  # noqa: E402
+from triton_sam.plugin.bindings import KEYS  # noqa: E402
+from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402
 
 H, W = 240, 400
 DISKS = [(80, 80, 40), (300, 150, 50)]
@@ -119,6 +120,12 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     objects = viewer.layers[layers.OBJECTS_NAME]
     qtbot.waitUntil(lambda: objects.data[80, 80] == 1, timeout=10000)
     assert not objects.data[150, 300] and widget.session.next_object_id == 2
+    made = objects.metadata[layers.PROVENANCE_KEY][1]  # how the object was made, kept with the layer
+    assert (
+        made["labels"] == [1]
+        and np.allclose(made["points"], [[80, 80]], atol=1)
+        and made["model_id"] == widget.model.currentText()
+    )
     objects.undo()
     assert not objects.data.any()
     widget.close_session()

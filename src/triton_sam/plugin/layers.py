@@ -13,6 +13,7 @@ from napari.layers import Image, Labels
 
 PREVIEW_NAME = "triton-sam preview"
 OBJECTS_NAME = "triton-sam objects"
+PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
 
 
 def plane_index(layer: Image, world_point) -> tuple[int, ...]:
@@ -84,8 +85,10 @@ def show_preview(layer: Labels, mask: np.ndarray | None) -> None:
     layer.refresh()
 
 
-def write_object(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int) -> int:
-    """Paint `object_id` where `mask` is set and nothing is labelled yet, through the undoable API.
+def write_object(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int, provenance: dict) -> int:
+    """Paint `object_id` where `mask` is set and nothing is labelled yet, through the undoable API,
+    and keep how it was made in the layer's metadata (`PROVENANCE_KEY`: id -> plane index and
+    `provenance`), which napari saves with the layer.
 
     Returns the number of pixels written; existing labels are never overwritten.
     """
@@ -94,4 +97,6 @@ def write_object(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object
     if ys.size:
         indices = tuple(np.full(ys.size, i) for i in index) + (ys, xs)
         layer.data_setitem(indices, object_id)
+        objects = layer.metadata.setdefault(PROVENANCE_KEY, {})
+        objects[int(object_id)] = {"plane": list(index), **provenance}
     return int(ys.size)

@@ -1,15 +1,16 @@
-"""The triton-sam dock widget: connection settings, status, and the mouse/key wiring to the session.
+"""The triton-sam dock widget's lifecycle: engine, planes, previews, commits, and closing.
 
-Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`).
-Encoding and connecting run in napari thread workers; previews arrive on a worker thread and are
-moved to the GUI thread before they touch a layer.
+Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`);
+the form is `form.SettingsForm`, mouse and keys are `bindings`. Encoding and connecting run in
+napari thread workers; previews arrive on a worker thread and are moved to the GUI thread before
+they touch a layer.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import napari
@@ -17,46 +18,23 @@ import numpy as np
 from napari.layers import Image
 from napari.qt.threading import create_worker
 from platformdirs import user_cache_dir
-from qtpy.QtCore import QEvent, QSettings, Signal
-from qtpy.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QFormLayout,
-    QLabel,
-    QLineEdit,
-    QPushButton,
-    QVBoxLayout,
-    QWidget,
-)
+from qtpy.QtCore import QEvent, Signal
 from superqt.utils import ensure_main_thread
 
-from ..engines import TritonConnection, create_engine, offered_models
-from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
+from ..engines import create_engine, offered_models
 from ..features import FeatureCache
-from ..registry import DEFAULT_MODEL, MODELS, get_model
-from ..repository import default_model_repository
+from ..registry import MODELS
 from ..session import InteractiveSession, Preview
-from . import layers
-
-BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
-KEYS = {  # checked against napari's own bindings in the tests
-    "commit": "Shift-C",
-    "discard": "Shift-X",
-    "undo": "Shift-U",
-    "cycle": "Shift-N",
-}
-NEGATIVE_MODIFIER = "Alt"  # Alt-click: negative point
-BOX_MODIFIER = "Control"  # Ctrl-drag: box
-CLICK_TOLERANCE_PX = 3.0
+from . import bindings, layers
+from .form import SettingsForm
 
 
-def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
-    """Environment first, then what the user chose last time, then the default."""
-    return os.environ.get(env) or str(settings.value(key, default))
+class TritonSamWidget(SettingsForm):
+    """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit.
 
-
-class TritonSamWidget(QWidget):
-    """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit."""
+    The form is `SettingsForm`; mouse and keys are `bindings`; this class is the lifecycle: engine,
+    planes, previews, commits, and letting go of all of it when the panel closes.
+    """
 
     # Emitted with the `Preview` just written to the preview layer (benchmarks time event -> screen).
     preview_shown = Signal(object)
@@ -70,9 +48,14 @@ class TritonSamWidget(QWidget):
         self._encoding = None
         self._closed = False
         self._shut_down_on_delete = None  # napari deletes docked widgets with its window, without closing them
-        self._settings = QSettings("triton-sam", "triton-sam")
         self._key_actions: dict[str, object] = {}
-        self._build()
+        self._encode_all_worker = None
+        self._on_move = partial(bindings.hover, self)
+        self._on_press = partial(bindings.press, self)
+        self.refresh.clicked.connect(self.find_models)
+        self.start.clicked.connect(self.connect_engine)
+        self.encode_all.clicked.connect(self.toggle_encode_all)
+        self.enabled.toggled.connect(self._on_enabled)
         self._hook()
         self._refresh_layers()
 
@@ -83,7 +66,8 @@ class TritonSamWidget(QWidget):
         self.viewer.dims.events.current_step.connect(self._on_step)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
-        self._bind_keys()
+        actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
+        self._key_actions = bindings.bind_keys(self.viewer, actions)
 
     def _unhook(self) -> None:
         """Stop following the viewer (the panel was closed): no callback of ours may outlive it."""
@@ -96,71 +80,10 @@ class TritonSamWidget(QWidget):
         self.viewer.dims.events.current_step.disconnect(self._on_step)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
-        for key, action in self._key_actions.items():
-            previous = self.viewer.bind_key(key, None)
-            if previous is not action:  # another panel bound the key since: give it back
-                self.viewer.bind_key(key, previous)
+        bindings.unbind_keys(self.viewer, self._key_actions)
         self._key_actions = {}
 
-    # --- form ---------------------------------------------------------------------------------
-
-    def _build(self) -> None:
-        s = self._settings
-        self.backend = QComboBox()
-        self.backend.addItems(list(BACKENDS))
-        chosen = _setting(s, "backend", "TRITON_SAM_BACKEND", "auto").lower()
-        self.backend.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
-        self.url = QLineEdit(_setting(s, "url", ENV_URL, default_url()))
-        self.api_key = QLineEdit(os.environ.get(ENV_API_KEY, ""))
-        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.tls = QCheckBox("TLS")
-        self.tls.setChecked(str(s.value("tls", "false")) == "true")
-        self.model = QComboBox()
-        self.model.addItems(list(MODELS))
-        self.model.setCurrentText(_setting(s, "model", "TRITON_SAM_MODEL", DEFAULT_MODEL))
-        self.repository = QLineEdit(
-            _setting(s, "repository", "TRITON_SAM_MODEL_REPOSITORY", str(default_model_repository().resolve()))
-        )
-        self.layer = QComboBox()
-        self.refresh = QPushButton("Find models")
-        self.refresh.clicked.connect(self.find_models)
-        self.start = QPushButton("Start")
-        self.start.clicked.connect(self.connect_engine)
-        self.disk_cache = QCheckBox("Keep embeddings on disk")
-        self.disk_cache.setChecked(str(s.value("disk_cache", "true")) == "true")
-        self.encode_all = QPushButton("Encode all planes")
-        self.encode_all.clicked.connect(self.toggle_encode_all)
-        self._encode_all_worker = None
-        self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
-        self.enabled.setChecked(True)
-        self.enabled.toggled.connect(self._on_enabled)
-        self.status = QLabel("Not started.")
-        self.status.setWordWrap(True)
-        keys = QLabel(
-            f"Hover: preview · click: add · {NEGATIVE_MODIFIER}-click: exclude · {BOX_MODIFIER}-drag: box<br>"
-            f"{KEYS['commit']}: commit · {KEYS['undo']}: undo prompt · {KEYS['cycle']}: next candidate · "
-            f"{KEYS['discard']}: discard"
-        )
-        keys.setWordWrap(True)
-
-        form = QFormLayout()
-        form.addRow("Backend", self.backend)
-        form.addRow("Triton URL", self.url)
-        form.addRow("API key", self.api_key)
-        form.addRow("", self.tls)
-        form.addRow("Model", self.model)
-        form.addRow("", self.refresh)
-        form.addRow("Model repository", self.repository)
-        form.addRow("Image layer", self.layer)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(self.disk_cache)
-        layout.addWidget(self.start)
-        layout.addWidget(self.encode_all)
-        layout.addWidget(self.enabled)
-        layout.addWidget(self.status)
-        layout.addWidget(keys)
-        layout.addStretch()
+    # --- layers and models ----------------------------------------------------------------------
 
     def _refresh_layers(self, event=None) -> None:
         if self.session is not None and self.image is not None and self.image not in self.viewer.layers:
@@ -176,32 +99,13 @@ class TritonSamWidget(QWidget):
         if preferred in names:
             self.layer.setCurrentText(preferred)
 
-    def _save_settings(self) -> None:
-        s = self._settings
-        s.setValue("backend", BACKENDS[self.backend.currentText()])
-        s.setValue("url", self.url.text())
-        s.setValue("tls", "true" if self.tls.isChecked() else "false")
-        s.setValue("model", self.model.currentText())
-        s.setValue("repository", self.repository.text())
-        s.setValue("disk_cache", "true" if self.disk_cache.isChecked() else "false")
-
-    def _connection(self) -> TritonConnection:
-        """The Triton server the form names."""
-        return TritonConnection(
-            url=self.url.text().strip() or None, ssl=self.tls.isChecked(), api_key=self.api_key.text() or None
-        )
-
-    def set_status(self, text: str) -> None:
-        self.status.setText(text)
-
     def find_models(self) -> None:
         """Fill the model list with what the server (or the local repository) offers."""
-        backend = BACKENDS[self.backend.currentText()]
         worker = create_worker(
             offered_models,
-            backend,
-            Path(self.repository.text()).expanduser(),
-            replace(self._connection(), timeout_s=3.0),
+            self.chosen_backend(),
+            self.chosen_repository(),
+            replace(self.connection(), timeout_s=3.0),
             _ignore_errors=True,
             _start_thread=False,
         )
@@ -225,20 +129,18 @@ class TritonSamWidget(QWidget):
         if self.layer.currentText() not in self.viewer.layers:
             self.set_status("Add an image layer first.")
             return
-        self._save_settings()
+        self.save_settings()
         self._closed = False
         self.image = self.viewer.layers[self.layer.currentText()]
-        backend = BACKENDS[self.backend.currentText()]
-        spec = get_model(self.model.currentText())
-        repository = Path(self.repository.text()).expanduser()
+        backend = self.chosen_backend()
         self.set_status(f"Connecting ({backend}) ...")
         self.start.setEnabled(False)
         worker = create_worker(
             create_engine,
-            spec,
+            self.chosen_model(),
             backend,
-            repository,
-            connection=self._connection(),
+            self.chosen_repository(),
+            connection=self.connection(),
             _ignore_errors=True,  # reported in the status line (`_failed`), not re-raised as a traceback
             _start_thread=False,
         )
@@ -371,41 +273,11 @@ class TritonSamWidget(QWidget):
             and self.session.plane == layers.plane_key(self.image, self._index)
         )
 
-    # --- mouse and keys -------------------------------------------------------------------------
+    # --- keys ---------------------------------------------------------------------------------
 
-    def _active(self) -> bool:
+    def interactive(self) -> bool:
+        """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
         return self.enabled.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
-
-    def _on_move(self, viewer, event) -> None:
-        if not self._active():
-            return
-        self.session.hover(*layers.image_xy(self.image, event.position))
-
-    def _on_press(self, viewer, event):
-        if not self._active() or event.button != 1:
-            return
-        start = np.asarray(event.position, float)
-        box = BOX_MODIFIER in event.modifiers
-        if box:
-            viewer.camera.mouse_pan = False
-        yield
-        moved = False
-        while event.type == "mouse_move":
-            moved = moved or np.abs(np.asarray(event.position) - start).max() * viewer.camera.zoom > CLICK_TOLERANCE_PX
-            yield
-        if box:
-            viewer.camera.mouse_pan = True
-            (x0, y0), (x1, y1) = layers.image_xy(self.image, start), layers.image_xy(self.image, event.position)
-            self.session.set_box(x0, y0, x1, y1)
-        elif not moved:
-            x, y = layers.image_xy(self.image, event.position)
-            self.session.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
-
-    def _bind_keys(self) -> None:
-        actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
-        for name, key in KEYS.items():
-            self._key_actions[key] = lambda viewer, action=actions[name]: action()
-            self.viewer.bind_key(key, self._key_actions[key], overwrite=True)
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
@@ -413,7 +285,7 @@ class TritonSamWidget(QWidget):
 
     def commit(self) -> None:
         """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
-        if not self._active():
+        if not self.interactive():
             return
         index = self._index
         worker = create_worker(self.session.commit, _ignore_errors=True, _start_thread=False)
@@ -426,19 +298,19 @@ class TritonSamWidget(QWidget):
             self.set_status("Nothing to commit: hover over an object or click on it first.")
             return
         objects = layers.objects_layer(self.viewer, self.image)
-        written = layers.write_object(objects, index, committed.mask, committed.object_id)
+        written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance)
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:
-        if self._active():
+        if self.interactive():
             self.session.discard()
 
     def undo(self) -> None:
-        if self._active():
+        if self.interactive():
             self.session.undo()
 
     def cycle(self) -> None:
-        if self._active():
+        if self.interactive():
             self.session.cycle_candidate()
 
     # --- previews -------------------------------------------------------------------------------

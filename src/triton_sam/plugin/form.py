@@ -1,0 +1,119 @@
+"""The dock widget's form: backend, server, model and layer, remembered between sessions.
+
+Only fields and their settings live here; `widget.TritonSamWidget` gives them behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from qtpy.QtCore import QSettings
+from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+
+from ..engines import TritonConnection
+from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
+from ..registry import DEFAULT_MODEL, MODELS, ModelSpec, get_model
+from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
+from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
+
+BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
+ENV_BACKEND = "TRITON_SAM_BACKEND"
+ENV_MODEL = "TRITON_SAM_MODEL"
+
+
+def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
+    """Environment first, then what the user chose last time, then the default."""
+    return os.environ.get(env) or str(settings.value(key, default))
+
+
+def _flag(settings: QSettings, key: str, default: bool) -> bool:
+    return str(settings.value(key, "true" if default else "false")) == "true"
+
+
+class SettingsForm(QWidget):
+    """The fields of the dock widget, laid out, filled from the environment and the last session."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._settings = QSettings("triton-sam", "triton-sam")
+        s = self._settings
+        self.backend = QComboBox()
+        self.backend.addItems(list(BACKENDS))
+        chosen = _setting(s, "backend", ENV_BACKEND, "auto").lower()
+        self.backend.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
+        self.url = QLineEdit(_setting(s, "url", ENV_URL, default_url()))
+        self.api_key = QLineEdit(os.environ.get(ENV_API_KEY, ""))
+        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
+        self.tls = QCheckBox("TLS")
+        self.tls.setChecked(_flag(s, "tls", False))
+        self.model = QComboBox()
+        self.model.addItems(list(MODELS))
+        self.model.setCurrentText(_setting(s, "model", ENV_MODEL, DEFAULT_MODEL))
+        self.repository = QLineEdit(_setting(s, "repository", ENV_MODEL_REPOSITORY, str(default_model_repository().resolve())))
+        self.layer = QComboBox()
+        self.refresh = QPushButton("Find models")
+        self.start = QPushButton("Start")
+        self.disk_cache = QCheckBox("Keep embeddings on disk")
+        self.disk_cache.setChecked(_flag(s, "disk_cache", True))
+        self.encode_all = QPushButton("Encode all planes")
+        self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
+        self.enabled.setChecked(True)
+        self.status = QLabel("Not started.")
+        self.status.setWordWrap(True)
+        self._lay_out()
+
+    def _lay_out(self) -> None:
+        keys = QLabel(
+            f"Hover: preview · click: add · {NEGATIVE_MODIFIER}-click: exclude · {BOX_MODIFIER}-drag: box<br>"
+            f"{KEYS['commit']}: commit · {KEYS['undo']}: undo prompt · {KEYS['cycle']}: next candidate · "
+            f"{KEYS['discard']}: discard"
+        )
+        keys.setWordWrap(True)
+        form = QFormLayout()
+        for label, field in (
+            ("Backend", self.backend),
+            ("Triton URL", self.url),
+            ("API key", self.api_key),
+            ("", self.tls),
+            ("Model", self.model),
+            ("", self.refresh),
+            ("Model repository", self.repository),
+            ("Image layer", self.layer),
+        ):
+            form.addRow(label, field)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        for widget in (self.disk_cache, self.start, self.encode_all, self.enabled, self.status, keys):
+            layout.addWidget(widget)
+        layout.addStretch()
+
+    # --- what the form says ---------------------------------------------------------------------
+
+    def chosen_backend(self) -> str:
+        """ "auto", "triton" or "local"."""
+        return BACKENDS[self.backend.currentText()]
+
+    def chosen_model(self) -> ModelSpec:
+        return get_model(self.model.currentText())
+
+    def chosen_repository(self) -> Path:
+        return Path(self.repository.text()).expanduser()
+
+    def connection(self) -> TritonConnection:
+        """The Triton server the form names."""
+        url, api_key = self.url.text().strip() or None, self.api_key.text() or None
+        return TritonConnection(url=url, ssl=self.tls.isChecked(), api_key=api_key)
+
+    def set_status(self, text: str) -> None:
+        self.status.setText(text)
+
+    def save_settings(self) -> None:
+        """Remember the choices for the next session (the API key is never stored)."""
+        s = self._settings
+        s.setValue("backend", self.chosen_backend())
+        s.setValue("url", self.url.text())
+        s.setValue("tls", "true" if self.tls.isChecked() else "false")
+        s.setValue("model", self.model.currentText())
+        s.setValue("repository", self.repository.text())
+        s.setValue("disk_cache", "true" if self.disk_cache.isChecked() else "false")
