@@ -10,10 +10,7 @@ import json
 import os
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 (after choosing the non-interactive backend)
+from . import plots
 
 REPRODUCE = (
     "triton-sam bench all && triton-sam bench all --only memory --soak-minutes 10 "
@@ -328,51 +325,6 @@ def _memory(r: dict) -> str:
     return text
 
 
-def _plot_annotators(r: dict, path: Path) -> Path:
-    figure, (throughput, latency) = plt.subplots(1, 2, figsize=(9, 3.5))
-    for mode in ("dynamic_batching", "no_batching"):
-        rows = r.get(mode, [])
-        counts = [row["annotators"] for row in rows]
-        throughput.plot(counts, [row["decodes_per_s"] for row in rows], marker="o", label=mode.replace("_", " "))
-        latency.plot(counts, [row["latency_ms"]["p95"] or 0 for row in rows], marker="o", label=mode.replace("_", " "))
-    throughput.set(xlabel="annotators", ylabel="decodes/s", xscale="log", title="server throughput")
-    latency.set(xlabel="annotators", ylabel="p95 ms", xscale="log", yscale="log", title="event to preview")
-    throughput.legend()
-    return _save(figure, path)
-
-
-def _plot_hover(hover: dict, gui: dict, path: Path) -> Path:
-    figure, axis = plt.subplots(figsize=(7, 3.5))
-    labels, values = [], []
-    for backend in ("local", "triton"):
-        if backend in hover:
-            labels += [f"{backend}\nnaive", f"{backend}\nours"]
-            values += [hover[backend]["naive"]["latency_ms"]["p95"], hover[backend]["ours"]["latency_ms"]["p95"]]
-        if backend in gui and "hover" in gui[backend]:
-            labels.append(f"{backend}\nnapari")
-            values.append(gui[backend]["hover"]["event_to_screen_ms"]["p95_ms"] or 0)
-    axis.bar(labels, values, color=["tab:red" if "naive" in label else "tab:blue" for label in labels])
-    axis.set(yscale="log", ylabel="p95 ms, event to preview", title="hover latency (log scale)")
-    return _save(figure, path)
-
-
-def _plot_soak(soak: dict, path: Path) -> Path:
-    figure, axis = plt.subplots(figsize=(7, 3.5))
-    minutes, client, server = zip(*soak["samples"])
-    axis.plot(minutes, client, label="client (napari side)")
-    axis.plot(minutes, server, label="Triton server + models")
-    axis.set(xlabel="minutes of hovering", ylabel="resident MiB", title="memory during the soak", ylim=(0, None))
-    axis.legend()
-    return _save(figure, path)
-
-
-def _save(figure, path: Path) -> Path:
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
 def merge(runs: list[dict]) -> dict:
     """One results dict from several `bench all` runs: a later run's benchmarks replace earlier ones."""
     merged = {**runs[0], "results": {}, "seconds": {}}
@@ -382,19 +334,19 @@ def merge(runs: list[dict]) -> dict:
     return merged
 
 
-def write(results: dict, plots: Path, markdown: Path, gpu: Path | None = None) -> list[Path]:
-    """Write the plots into `plots` and the tables into `markdown` (with the GPU results in `gpu`,
+def write(results: dict, plot_dir: Path, markdown: Path, gpu: Path | None = None) -> list[Path]:
+    """Write the plots into `plot_dir` and the tables into `markdown` (with the GPU results in `gpu`,
     see `gpu_section`); returns what was written."""
     r = results["results"]
-    plots.mkdir(parents=True, exist_ok=True)
+    plot_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    link = Path(os.path.relpath(plots, markdown.parent)).as_posix()
+    link = Path(os.path.relpath(plot_dir, markdown.parent)).as_posix()
     if "annotators" in r:
-        written.append(_plot_annotators(r["annotators"], plots / "annotators.png"))
+        written.append(plots.annotators(r["annotators"], plot_dir / "annotators.png"))
     if "hover" in r:
-        written.append(_plot_hover(r["hover"], r.get("gui", {}), plots / "hover.png"))
+        written.append(plots.hover(r["hover"], r.get("gui", {}), plot_dir / "hover.png"))
     if r.get("memory", {}).get("soak"):
-        written.append(_plot_soak(r["memory"]["soak"], plots / "soak.png"))
+        written.append(plots.soak(r["memory"]["soak"], plot_dir / "soak.png"))
     sections = {
         "predictor": ("Local engine vs the official predictor", _predictor),
         "triton": ("Triton next to the local engine", _triton),

@@ -133,9 +133,9 @@ class TritonEngine(Engine):
                 f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
                 f"needs {contract.CONTRACT_VERSION}. Export the model again with this version and restart the server."
             )
-        # Measured with a local server: behind Triton's dynamic batcher, cancelling and resending on
-        # every mouse move made the final preview of a stroke wait up to ~0.5 s, so there a running
-        # decode is cancelled only when overdue; without a batcher, cancelling always is fastest.
+        # Behind Triton's dynamic batcher, cancelling and resending on every mouse move delays the
+        # final preview of a stroke (README, Serving), so there a running decode is cancelled only
+        # when overdue; without a batcher, cancelling always is fastest.
         self.cancel_running = CANCEL_OVERDUE if "dynamic_batching" in config else CANCEL_ALWAYS
 
     def describe(self) -> str:

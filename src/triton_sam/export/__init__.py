@@ -19,7 +19,7 @@ from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
 from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, write_metadata
-from ..server.models import python_model_source
+from ..server.models import FEATURE_STORES_FILE, feature_stores_source, python_model_source
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
 
 
@@ -71,6 +71,7 @@ def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION
     model_dir = Path(output) / spec.session_name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.py").write_text(python_model_source())
+    (model_dir / "1" / FEATURE_STORES_FILE).write_text(feature_stores_source())
     onnx.save(gather_graph(spec), model_dir / "1" / GATHER_FILE)
     (model_dir / "config.pbtxt").write_text(session_config(spec, cache_size))
     write_metadata(model_dir, _metadata(spec, "session"))

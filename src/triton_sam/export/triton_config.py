@@ -175,7 +175,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
         + f"input {_tensors(inputs)}\n"
         + f"output {_tensors(outputs)}\n"
         # Cancelled hover decodes stay in the batcher's queue until it reaches them: room for 32+
-        # annotators (measured: 64 overflowed with 32 annotators hovering). Encodes hold their image each.
+        # annotators hovering (BENCHMARKS.md, annotators). Encodes hold their image each.
         + _rejecting_batcher(queue_delay_us=0, timeout_us=10_000_000, max_queue=256)
         + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
         + parameters

@@ -166,7 +166,7 @@ class LocalTritonServer:
             raise TritonSamError("TLS needs both a certificate and its private key.")
         self.tls_cert, self.tls_key = tls_cert, tls_key
         # On a CPU the session model runs decodes one by one anyway, and Triton's dynamic batcher
-        # delayed the request after a cancelled one by up to ~0.5 s (README, Performance).
+        # delays the request after a cancelled one (README, Serving).
         self.session_batching = cuda_device_count() > 0 if session_batching is None else session_batching
         self._workdir: Path | None = None
         self._process: subprocess.Popen | None = None

@@ -20,14 +20,15 @@ nvidia-pytriton has only the python backend, so `triton-sam serve` uses this in 
 onnxruntime backend: same names, tensors and batching as on the NGC image.
 
 Self-contained on purpose (numpy, onnxruntime and Triton's `triton_python_backend_utils` only):
-the same file runs in the NGC tritonserver image and in the server of `triton-sam serve`.
+the same file runs in the NGC tritonserver image and in the server of `triton-sam serve`. The
+session model's feature stores are in `triton_sam_features.py`, written next to it.
 """
 
 import ctypes
 import hashlib
 import json
+import sys
 import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -54,106 +55,6 @@ class Cancelled(Exception):
 
 class UnknownHandle(KeyError):
     """The handle was never encoded here or has been evicted."""
-
-
-class FeatureStore:
-    """Least-recently-used map of handle -> one image's encoder outputs as numpy arrays."""
-
-    def __init__(self, capacity: int, names: list) -> None:
-        self.capacity = max(1, capacity)
-        self.names = names
-        self._items: OrderedDict = OrderedDict()
-
-    def __contains__(self, handle: str) -> bool:
-        return handle in self._items
-
-    def get(self, handle: str):
-        try:
-            self._items.move_to_end(handle)
-        except KeyError:
-            raise UnknownHandle(handle) from None
-        return self._items[handle]
-
-    def _put(self, handle: str, entry) -> None:
-        self._items[handle] = entry
-        self._items.move_to_end(handle)
-        while len(self._items) > self.capacity:
-            self._evicted(self._items.popitem(last=False)[1])
-
-    def _evicted(self, entry) -> None:
-        pass
-
-    def encode(self, handle: str, image: np.ndarray, encoder) -> None:
-        self._put(handle, dict(zip(self.names, encoder.run(self.names, {IMAGE: image[None]}))))
-
-    def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
-        """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
-        feeds = {name: _joined([row[name] for row in rows]) for name in self.names}
-        return decoder.run(wanted, {**feeds, **prompts}, options)
-
-
-class BufferFeatureStore(FeatureStore):
-    """The same map, holding features in one ONNX Runtime buffer per output ([capacity, C, H, W],
-    on the GPU) with a slot per image: the encoder writes into the slot and the decoder reads
-    from it, so features never travel through host memory."""
-
-    def __init__(self, capacity: int, names: list, shapes: list, device: str, gather) -> None:
-        super().__init__(capacity, names)
-        self.device, self.shapes, self.gather = device, dict(zip(names, shapes)), gather
-        self.buffers = {
-            name: ort.OrtValue.ortvalue_from_shape_and_type([self.capacity, *shape], np.float32, device, 0)
-            for name, shape in self.shapes.items()
-        }
-        self.free = list(range(self.capacity))
-
-    def _evicted(self, slot: int) -> None:
-        self.free.append(slot)
-
-    def _bind(self, binding, bind, name: str, slot: int) -> None:
-        """Bind `name` of one slot with `bind` (an input or output binder of `binding`)."""
-        row_bytes = 4 * int(np.prod(self.shapes[name]))
-        pointer = self.buffers[name].data_ptr() + slot * row_bytes
-        bind(name, self.device, 0, np.float32, [1, *self.shapes[name]], pointer)
-
-    def encode(self, handle: str, image: np.ndarray, encoder) -> None:
-        if not self.free:
-            self._evicted(self._items.popitem(last=False)[1])
-        slot = self.free.pop()
-        binding = encoder.io_binding()
-        binding.bind_cpu_input(IMAGE, np.ascontiguousarray(image[None]))
-        for name in self.names:
-            self._bind(binding, binding.bind_output, name, slot)
-        try:
-            encoder.run_with_iobinding(binding)
-        except Exception:
-            self.free.append(slot)
-            raise
-        self._put(handle, slot)
-
-    def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
-        binding = decoder.io_binding()
-        if len(rows) == 1:
-            for name in self.names:
-                self._bind(binding, binding.bind_input, name, rows[0])
-        else:
-            for name, value in zip(self.names, self._gathered(rows)):
-                binding.bind_ortvalue_input(name, value)
-        for name, array in prompts.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(array))
-        for name in wanted:
-            binding.bind_output(name, "cpu")
-        decoder.run_with_iobinding(binding, options)
-        return binding.copy_outputs_to_cpu()
-
-    def _gathered(self, slots: list) -> list:
-        """The rows of `slots` side by side in new device buffers [len(slots), C, H, W]."""
-        binding = self.gather.io_binding()
-        for name in self.names:
-            binding.bind_ortvalue_input(f"{name}_slots", self.buffers[name])
-            binding.bind_output(name, self.device)
-        binding.bind_cpu_input("rows", np.asarray(slots, np.int64))
-        self.gather.run_with_iobinding(binding)
-        return binding.get_outputs()
 
 
 def _has_cuda_device() -> bool:
@@ -280,7 +181,7 @@ class SessionModel:
 
     On a GPU, decodes that arrive together (dynamic batching) with the same number of points run
     as one decoder call. On a CPU each runs alone: there a batch costs as much compute as its rows
-    and copies every row's features (measured: 16 clients got 5.7 decodes/s batched, 17.3 alone).
+    and copies every row's features (BENCHMARKS.md, annotators: batching is slower there).
     """
 
     def __init__(self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path) -> None:
@@ -329,7 +230,7 @@ class SessionModel:
         handles = [content_signature(image, self.model_id) for image in images]
         for handle, image in zip(handles, images):
             if handle not in self.cache:
-                self.cache.encode(handle, image, self.encoder)
+                self.cache.encode(handle, {IMAGE: image[None]}, self.encoder)
         self.counts.add("encoded")
         return _response([HANDLE], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
 
@@ -341,7 +242,10 @@ class SessionModel:
         batch = len(handles)
         if coords.shape[0] != batch or labels.shape[:2] != coords.shape[:2]:
             raise ValueError(f"handle {handles.shape}, point_coords {coords.shape}, point_labels {labels.shape} disagree")
-        rows = [self.cache.get(_text(h)) for h in handles]
+        try:
+            rows = [self.cache.get(_text(h)) for h in handles]
+        except KeyError as error:
+            raise UnknownHandle(error.args[0]) from None
         mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
         has_mask = mask is not None
         prompts = {
@@ -372,8 +276,11 @@ class SessionModel:
         return responses
 
 
-def _feature_store(encoder, params: dict, on_gpu: bool, model_dir: Path) -> FeatureStore:
+def _feature_store(encoder, params: dict, on_gpu: bool, model_dir: Path):
     """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
+    sys.path.insert(0, str(Path(__file__).parent))  # the stores live next to this file
+    from triton_sam_features import BufferFeatureStore, FeatureStore
+
     capacity = int(params.get("cache_size", "16"))
     names = [output.name for output in encoder.get_outputs()]
     buffers = params.get("feature_buffers", "auto")
@@ -387,7 +294,7 @@ def _feature_store(encoder, params: dict, on_gpu: bool, model_dir: Path) -> Feat
 
 def _joined(arrays: list) -> np.ndarray:
     """Arrays joined along the batch axis; one array as it is (an image's features are 16 MB and
-    more: copying them cost every decode 3-6 ms on a CPU)."""
+    more: copying them would cost every decode time)."""
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 

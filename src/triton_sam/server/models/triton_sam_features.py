@@ -1,0 +1,114 @@
+"""Where the session model (`python_model.py`, written as `model.py`) keeps image features:
+numpy arrays, or one ONNX Runtime buffer per feature map with a slot per image (on a GPU).
+Written next to `model.py`; numpy and onnxruntime only.
+"""
+
+from collections import OrderedDict
+
+import numpy as np
+import onnxruntime as ort
+
+
+class FeatureStore:
+    """Least-recently-used map of handle -> one image's encoder outputs as numpy arrays."""
+
+    def __init__(self, capacity: int, names: list) -> None:
+        self.capacity = max(1, capacity)
+        self.names = names
+        self._items: OrderedDict = OrderedDict()
+
+    def __contains__(self, handle: str) -> bool:
+        return handle in self._items
+
+    def get(self, handle: str):
+        """The entry of `handle`, now the most recently used; KeyError if it is not kept."""
+        self._items.move_to_end(handle)
+        return self._items[handle]
+
+    def _put(self, handle: str, entry) -> None:
+        self._items[handle] = entry
+        self._items.move_to_end(handle)
+        while len(self._items) > self.capacity:
+            self._evicted(self._items.popitem(last=False)[1])
+
+    def _evicted(self, entry) -> None:
+        pass
+
+    def encode(self, handle: str, feeds: dict, encoder) -> None:
+        """Run `encoder` on `feeds` (one image) and keep its outputs under `handle`."""
+        self._put(handle, dict(zip(self.names, encoder.run(self.names, feeds))))
+
+    def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
+        """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
+        feeds = {name: _joined([row[name] for row in rows]) for name in self.names}
+        return decoder.run(wanted, {**feeds, **prompts}, options)
+
+
+class BufferFeatureStore(FeatureStore):
+    """The same map, holding features in one ONNX Runtime buffer per output ([capacity, C, H, W],
+    on the GPU) with a slot per image: the encoder writes into the slot and the decoder reads
+    from it, so features never travel through host memory."""
+
+    def __init__(self, capacity: int, names: list, shapes: list, device: str, gather) -> None:
+        super().__init__(capacity, names)
+        self.device, self.shapes, self.gather = device, dict(zip(names, shapes)), gather
+        self.buffers = {
+            name: ort.OrtValue.ortvalue_from_shape_and_type([self.capacity, *shape], np.float32, device, 0)
+            for name, shape in self.shapes.items()
+        }
+        self.free = list(range(self.capacity))
+
+    def _evicted(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def _bind(self, binding, bind, name: str, slot: int) -> None:
+        """Bind `name` of one slot with `bind` (an input or output binder of `binding`)."""
+        row_bytes = 4 * int(np.prod(self.shapes[name]))
+        pointer = self.buffers[name].data_ptr() + slot * row_bytes
+        bind(name, self.device, 0, np.float32, [1, *self.shapes[name]], pointer)
+
+    def encode(self, handle: str, feeds: dict, encoder) -> None:
+        if not self.free:
+            self._evicted(self._items.popitem(last=False)[1])
+        slot = self.free.pop()
+        binding = encoder.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in self.names:
+            self._bind(binding, binding.bind_output, name, slot)
+        try:
+            encoder.run_with_iobinding(binding)
+        except Exception:
+            self.free.append(slot)
+            raise
+        self._put(handle, slot)
+
+    def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
+        binding = decoder.io_binding()
+        if len(rows) == 1:
+            for name in self.names:
+                self._bind(binding, binding.bind_input, name, rows[0])
+        else:
+            for name, value in zip(self.names, self._gathered(rows)):
+                binding.bind_ortvalue_input(name, value)
+        for name, array in prompts.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in wanted:
+            binding.bind_output(name, "cpu")
+        decoder.run_with_iobinding(binding, options)
+        return binding.copy_outputs_to_cpu()
+
+    def _gathered(self, slots: list) -> list:
+        """The rows of `slots` side by side in new device buffers [len(slots), C, H, W]."""
+        binding = self.gather.io_binding()
+        for name in self.names:
+            binding.bind_ortvalue_input(f"{name}_slots", self.buffers[name])
+            binding.bind_output(name, self.device)
+        binding.bind_cpu_input("rows", np.asarray(slots, np.int64))
+        self.gather.run_with_iobinding(binding)
+        return binding.get_outputs()
+
+
+def _joined(arrays: list) -> np.ndarray:
+    """Arrays joined along the batch axis; one array as it is (no copy)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
