@@ -36,7 +36,7 @@ class FeatureCache:
     Concurrent requests for the same image encode it once: later callers wait for the first.
     """
 
-    def __init__(self, engine: Engine, max_mb: float = DEFAULT_CACHE_MB, disk_dir: str | Path | None = None) -> None:
+    def __init__(self, engine: Engine, *, max_mb: float = DEFAULT_CACHE_MB, disk_dir: str | Path | None = None) -> None:
         self.engine = engine
         self.max_bytes = int(max_mb * 2**20)
         weights = engine.weights_id

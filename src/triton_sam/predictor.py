@@ -27,6 +27,7 @@ class Predictor:
         model: str = DEFAULT_MODEL,
         backend: str = "local",
         model_repository: str | Path | None = None,
+        *,
         engine: Engine | None = None,
         mask_threshold: float = 0.0,
         **engine_options,

@@ -103,6 +103,7 @@ class SpeculativeDecoder:
         deliver: Callable[[Delivery], None],
         max_in_flight: int = 1,
         on_error: Callable[[Exception], None] | None = None,
+        *,
         clock: Callable[[], float] = time.perf_counter,
         cancel_running: str = CANCEL_ALWAYS,
         settle: bool = True,

@@ -28,7 +28,7 @@ class FallbackEngine(Engine):
     (None while on Triton).
     """
 
-    def __init__(self, connect: Callable[[], Engine], local: Callable[[], Engine], retry_s: float = RETRY_S) -> None:
+    def __init__(self, connect: Callable[[], Engine], local: Callable[[], Engine], *, retry_s: float = RETRY_S) -> None:
         self._connect = connect
         self._local_factory = local
         self.retry_s = retry_s

@@ -31,10 +31,10 @@ class LocalEngine(Engine):
     def __init__(
         self,
         exported: ExportedModel,
+        *,
         providers: list[str] | None = None,
         intra_op_threads: int = 0,
         trt_cache_dir: str | None = None,
-        *,
         feature_device: str | None = None,
     ) -> None:
         self.spec = exported.spec

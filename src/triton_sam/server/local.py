@@ -143,6 +143,7 @@ class LocalTritonServer:
     def __init__(
         self,
         model_repository: str | Path,
+        *,
         host: str = "127.0.0.1",
         http_port: int = 8000,
         grpc_port: int = 8001,
