@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,22 +29,17 @@ def checkpoint(tmp_path_factory):
     return path
 
 
+def _cli_export(checkpoint: Path, output: Path) -> list[str]:
+    """`triton-sam export` of the tiny model from `checkpoint` into `output`."""
+    command = [sys.executable, "-m", "triton_sam.cli", "export", TINY.model_id]
+    return command + ["--checkpoint", str(checkpoint), "--output", str(output)]
+
+
 def test_cli_export_from_checkpoint_equals_the_seeded_export(checkpoint, sam2_tiny_repository, tmp_path):
     import onnxruntime as ort
 
     output = tmp_path / "repo"
-    cmd = [
-        sys.executable,
-        "-m",
-        "triton_sam.cli",
-        "export",
-        TINY.model_id,
-        "--checkpoint",
-        str(checkpoint),
-        "--output",
-        str(output),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True)
+    subprocess.run(_cli_export(checkpoint, output), check=True, capture_output=True)
     exported = locate(TINY, output)
     assert read_metadata(exported.decoder.parent.parent)["checkpoint_sha256"]
     assert (exported.decoder.parent.parent / "config.pbtxt").is_file()
@@ -97,18 +93,7 @@ def test_unreadable_checkpoints_are_refused(content, checkpoint, tmp_path):
 
 def test_cli_reports_errors_without_a_traceback(tmp_path):
     missing = tmp_path / "missing.pt"
-    cmd = [
-        sys.executable,
-        "-m",
-        "triton_sam.cli",
-        "export",
-        TINY.model_id,
-        "--checkpoint",
-        str(missing),
-        "--output",
-        str(tmp_path),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(_cli_export(missing, tmp_path), capture_output=True, text=True)
     assert result.returncode == 2 and "error: Cannot read checkpoint" in result.stderr and "Traceback" not in result.stderr
 
 
