@@ -3,6 +3,8 @@
 import hashlib
 import http.server
 import socket
+import subprocess
+import sys
 import threading
 from functools import partial
 
@@ -52,9 +54,47 @@ def test_missing_file_and_offline_give_clear_errors(server, tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         free_port = sock.getsockname()[1]
-    with pytest.raises(DownloadError, match="offline"):
+    with pytest.raises(DownloadError, match=f"Could not download http://127.0.0.1:{free_port}/w.pt"):
         download(f"http://127.0.0.1:{free_port}/w.pt", "0" * 64, target, timeout=5)
     assert list(target.parent.iterdir()) == []
+
+
+def _unreachable_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/x.pt"
+
+
+def test_setup_offline_names_the_file_to_fetch_and_where_setup_finds_it(tmp_path):
+    """The hint gives the official URL, the path setup looks at, and the export alternative; a
+    verified file put at that path is then used without a download."""
+    import dataclasses
+
+    from triton_sam.download import download_checkpoint
+    from triton_sam.registry import get_model
+
+    spec = get_model("sam2.1_hiera_tiny")
+    command = [
+        sys.executable,
+        "-m",
+        "triton_sam.cli",
+        "setup",
+        spec.model_id,
+        "--url",
+        _unreachable_url(),
+        "--dir",
+        str(tmp_path),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    destination = tmp_path / spec.checkpoint_filename
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    for hint in (spec.url, str(destination), f"triton-sam export {spec.model_id} --checkpoint PATH"):
+        assert hint in result.stderr
+    assert "B/s" not in result.stderr + result.stdout  # no empty progress bar
+    assert list(tmp_path.iterdir()) == []
+    destination.write_bytes(PAYLOAD)
+    offline_spec = dataclasses.replace(spec, sha256=hashlib.sha256(PAYLOAD).hexdigest())
+    assert download_checkpoint(offline_spec, tmp_path, url=_unreachable_url()) == destination
 
 
 def test_corrupt_existing_file_is_replaced(server, tmp_path):

@@ -15,25 +15,34 @@ from .registry import DEFAULT_MODEL, MODELS, get_model
 from .repository import default_model_repository, exported_models
 
 
-def _progress_bar(description: str):
-    from tqdm import tqdm
+class _ProgressBar:
+    """A byte progress bar that appears with the first bytes (none when the download cannot start)."""
 
-    bar = tqdm(desc=description, unit="B", unit_scale=True, unit_divisor=1024)
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.bar = None
 
-    def update(done: int, total: int | None) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+    def __call__(self, done: int, total: int | None) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
 
-    return bar, update
+            self.bar = tqdm(desc=self.description, total=total, unit="B", unit_scale=True, unit_divisor=1024)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _download(args) -> Path:
     from .download import download_checkpoint
 
     spec = get_model(args.model)
-    bar, update = _progress_bar(spec.checkpoint_filename)
-    with bar:
-        path = download_checkpoint(spec, args.dir, url=args.url, progress=update)
+    progress = _ProgressBar(spec.checkpoint_filename)
+    try:
+        path = download_checkpoint(spec, args.dir, url=args.url, progress=progress)
+    finally:
+        progress.close()
     print(f"Checkpoint verified: {path}")
     return path
 

@@ -13,7 +13,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlparse
 
 import platformdirs
 
@@ -21,6 +20,12 @@ from .errors import DownloadError
 from .registry import ModelSpec
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, total bytes or None)
+
+
+class Unreachable(DownloadError):
+    """The host did not answer (offline, DNS, firewall)."""
+
+
 CHUNK = 1 << 20
 
 
@@ -65,12 +70,7 @@ def _stream(url: str, out, progress: Progress | None, timeout: float) -> str:
     except urllib.error.HTTPError as error:
         raise DownloadError(f"{url} answered HTTP {error.code} ({error.reason}).") from error
     except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-        host = urlparse(url).netloc
-        reason = getattr(error, "reason", error)
-        raise DownloadError(
-            f"Could not download from {host}: {reason}. Are you offline? Download the file on a machine with "
-            "internet access and pass it with --checkpoint PATH."
-        ) from error
+        raise Unreachable(f"Could not download {url}: {getattr(error, 'reason', error)}.") from error
     return digest.hexdigest()
 
 
@@ -93,4 +93,12 @@ def download_checkpoint(
             f"triton-sam export {spec.model_id} --checkpoint {spec.checkpoint_filename}"
         )
     directory = Path(directory) if directory is not None else default_checkpoint_dir()
-    return download(url or spec.url, spec.sha256, directory / spec.checkpoint_filename, progress)
+    destination = directory / spec.checkpoint_filename
+    try:
+        return download(url or spec.url, spec.sha256, destination, progress)
+    except Unreachable as error:
+        raise DownloadError(
+            f"{error} Offline? Download {spec.url} on a machine with internet access, then either put it at "
+            f"{destination} (`triton-sam setup {spec.model_id}` uses a verified file there) or run "
+            f"`triton-sam export {spec.model_id} --checkpoint PATH`."
+        ) from error
