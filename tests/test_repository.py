@@ -30,3 +30,23 @@ def test_other_contract_version_is_refused(tmp_path):
     meta_path.write_text(json.dumps({**meta, "contract_version": 999}))
     with pytest.raises(ModelFileError, match="contract version 999"):
         locate(TINY, tmp_path)
+
+
+def test_random_weight_exports_are_marked_in_models_and_the_engine(tmp_path):
+    """`--random-init` exports make noise, not masks: `triton-sam models` and the engine's status say so."""
+    import subprocess
+    import sys
+
+    from triton_sam.engines.local import LocalEngine
+
+    write_repository(TINY, tmp_path)
+    command = [sys.executable, "-m", "triton_sam.cli", "models", "--model-repository", str(tmp_path)]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert f"{TINY.model_id:28s} exported\n" in listed
+    assert not locate(TINY, tmp_path).random_weights and "random" not in LocalEngine(locate(TINY, tmp_path)).describe()
+    for component in (TINY.encoder_name, TINY.decoder_name):  # as `export --random-init` writes it
+        meta_path = tmp_path / component / contract.METADATA_FILE
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "checkpoint": "random-init", "seed": 0}))
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert f"{TINY.model_id:28s} exported (random weights: the interface works, masks are noise)" in listed
+    assert "random weights: masks are noise" in LocalEngine(locate(TINY, tmp_path)).describe()

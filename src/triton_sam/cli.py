@@ -12,7 +12,7 @@ from pathlib import Path
 from .bench.fixtures import BENCH_SHAPE
 from .errors import TritonSamError
 from .registry import DEFAULT_MODEL, MODELS, get_model
-from .repository import default_model_repository, exported_models
+from .repository import default_model_repository, exported_models, locate
 
 
 class _ProgressBar:
@@ -67,8 +67,11 @@ def _export(args, checkpoint: Path | None = None) -> None:
 
 def _cmd_models(args) -> None:
     exported = set(exported_models(args.model_repository))
-    for model_id in MODELS:
-        state = "exported" if model_id in exported else "not exported"
+    for model_id, spec in MODELS.items():
+        state = "not exported"
+        if model_id in exported:
+            random = locate(spec, args.model_repository).random_weights
+            state = "exported (random weights: the interface works, masks are noise)" if random else "exported"
         print(f"{model_id:28s} {state}")
 
 

@@ -50,6 +50,11 @@ class ExportedModel:
     metadata: dict
 
     @property
+    def random_weights(self) -> bool:
+        """Exported from random weights (`--random-init`): for tests and benchmarks, masks are noise."""
+        return self.metadata.get("checkpoint") == "random-init"
+
+    @property
     def weights_id(self) -> str | None:
         """Names the weights (and encoder precision) behind these files' features; None if unknown."""
         weights = self.metadata.get("checkpoint_sha256") or (f"seed-{self.metadata['seed']}" if "seed" in self.metadata else None)

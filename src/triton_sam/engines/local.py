@@ -39,6 +39,7 @@ class LocalEngine(Engine):
     ) -> None:
         self.spec = exported.spec
         self._weights_id = exported.weights_id
+        self._random_weights = exported.random_weights
         providers = providers or usable_providers()
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -63,7 +64,8 @@ class LocalEngine(Engine):
 
     def describe(self) -> str:
         device = self.providers[0].removesuffix("ExecutionProvider")
-        return f"local ONNX Runtime ({device})"
+        random = ", random weights: masks are noise" if self._random_weights else ""
+        return f"local ONNX Runtime ({device}{random})"
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         names = list(self.spec.feature_shapes)
