@@ -150,6 +150,22 @@ def _cmd_bench_parity(args) -> None:
     print(json.dumps(parity.run(args.model, device=args.device, half=args.fp16), indent=2))
 
 
+def _cmd_bench_json(args) -> None:
+    """`bench click|annotators|memory`: the benchmark with the options given, its result as JSON."""
+    from importlib import import_module
+
+    options = {name: value for name, value in vars(args).items() if name in _BENCH_OPTIONS and value is not None}
+    if "soak_minutes" in options:
+        options["soak_s"] = options.pop("soak_minutes") * 60.0
+    for name in ("counts", "client_counts", "shape"):
+        if name in options:
+            options[name] = tuple(options[name])
+    print(json.dumps(import_module(f"triton_sam.bench.{args.kind}").run(args.model, **options), indent=2))
+
+
+_BENCH_OPTIONS = ("clicks", "device", "counts", "duration_s", "client_counts", "soak_minutes", "shape")
+
+
 def _cmd_bench_all(args) -> None:
     from .bench import suite
 
@@ -336,7 +352,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
     bench_gui.set_defaults(func=_cmd_bench_gui)
-    bench_all = kinds.add_parser("all", help="every benchmark, results in one JSON file (full profile: ~15 min)")
+    bench_click = kinds.add_parser("click", help="click to committed mask vs the official predict (JSON)")
+    bench_click.add_argument("--clicks", type=int, default=None, help="clicks (default 20)")
+    bench_click.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official predictor runs")
+    bench_annotators = kinds.add_parser(
+        "annotators", help="1-32 simulated users on one local server, with and without batching (JSON)"
+    )
+    bench_annotators.add_argument("--counts", type=int, nargs="+", default=None, help="numbers of annotators (default 1 4 16 32)")
+    bench_annotators.add_argument("--duration", dest="duration_s", type=float, default=None, help="seconds of hovering per round")
+    bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
+    bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")
+    bench_memory.add_argument("--soak-minutes", type=float, default=None, help="minutes of hovering through Triton (default 10)")
+    for kind in (bench_click, bench_annotators, bench_memory):
+        kind.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+        kind.add_argument("--shape", type=int, nargs=2, default=None, metavar=("H", "W"))
+        kind.set_defaults(func=_cmd_bench_json)
+    bench_all = kinds.add_parser("all", help="every benchmark, results in one JSON file (full profile: ~25 min on 2 cores)")
     bench_all.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     bench_all.add_argument("--profile", default="full", choices=["full", "smoke"], help="smoke: tiny settings, to check it runs")
     bench_all.add_argument("--only", nargs="+", default=None, help="run only these benchmarks")
