@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -9,6 +10,11 @@ import pytest
 from synthetic import write_repository
 from triton_sam.bench.wire import free_port
 from triton_sam.registry import get_model
+
+# Load torch's triton (it brings its own LLVM) before a GUI test makes Qt load Mesa's OpenGL: in the
+# other order importing it (torchvision does, for MobileSAM) crashed when tests/plugin ran alone.
+if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("triton") is not None:
+    import torch._dynamo  # noqa: F401
 
 SYNTHETIC_MODEL = "sam2.1_hiera_tiny"
 PARITY_SEED = 0

@@ -206,7 +206,9 @@ def test_delivered_results_are_always_the_newest_under_random_load():
             # those submitted after the job finished (they are delivered later or dropped).
             delivered.append((delivery.seq, max(submitted)))
 
-    with SpeculativeDecoder(deliver, max_in_flight=3) as decoder:
+    # No settling: every hover starts at once, so decodes overlap and finish out of order (with the
+    # settle wait a burst can leave only a couple of decodes, and nothing to order).
+    with SpeculativeDecoder(deliver, max_in_flight=3, settle=False) as decoder:
         for i in range(400):
             with lock:
                 submitted.append(decoder.hover(engine.job(f"h{i}")))

@@ -37,3 +37,21 @@ def test_a_commit_never_paints_over_existing_labels_and_can_be_undone():
     expected = np.zeros((10, 10), np.uint32)
     expected[0:5, 0:5] = 7
     np.testing.assert_array_equal(objects.data[1], expected)
+
+
+def test_each_image_gets_its_own_objects_layer_and_the_plugin_layers_sit_above_their_image():
+    from napari.components import ViewerModel
+
+    viewer = ViewerModel()
+    first = viewer.add_image(np.zeros((10, 12)), name="first")
+    second = viewer.add_image(np.zeros((10, 12)), name="second")  # same shape: must not share objects
+    layers.preview_layer(viewer, first)
+    assert [layer.name for layer in viewer.layers] == ["first", layers.PREVIEW_NAME, "second"]
+    objects_first = layers.objects_layer(viewer, first)
+    layers.preview_layer(viewer, first)
+    assert [layer.name for layer in viewer.layers] == ["first", "first [triton-sam objects]", layers.PREVIEW_NAME, "second"]
+    objects_second = layers.objects_layer(viewer, second)
+    preview = layers.preview_layer(viewer, second)  # Start on the other image: the preview moves with it
+    assert [layer.name for layer in viewer.layers][-3:] == ["second", "second [triton-sam objects]", layers.PREVIEW_NAME]
+    assert objects_second is not objects_first and layers.existing_objects_layer(viewer, first) is objects_first
+    np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)

@@ -116,8 +116,8 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     preview = viewer.layers[layers.PREVIEW_NAME]
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: layers.OBJECTS_NAME in viewer.layers, timeout=10000)  # made at the first commit
-    objects = viewer.layers[layers.OBJECTS_NAME]
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)  # made at the first commit
+    objects = viewer.layers[layers.objects_name(image)]
     qtbot.waitUntil(lambda: objects.data[80, 80] == 1, timeout=10000)
     assert not objects.data[150, 300] and widget.session.next_object_id == 2
     made = objects.metadata[layers.PROVENANCE_KEY][1]  # how the object was made, kept with the layer
@@ -330,7 +330,7 @@ def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(300)
     assert widget.session.stats.events == 1 and widget.session.object.empty
-    assert layers.OBJECTS_NAME not in viewer.layers and not preview.data.any()
+    assert layers.objects_name(image) not in viewer.layers and not preview.data.any()
     widget.close_session()
 
 
@@ -342,8 +342,11 @@ def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(qtb
     click(viewer, world(image, 80, 80))
     qtbot.waitUntil(lambda: widget.session.object.decoded_version == 1, timeout=10000)
     qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: layers.OBJECTS_NAME in viewer.layers and viewer.layers[layers.OBJECTS_NAME].data.any(), timeout=10000)
-    objects = viewer.layers[layers.OBJECTS_NAME]
+    qtbot.waitUntil(
+        lambda: layers.objects_name(image) in viewer.layers and viewer.layers[layers.objects_name(image)].data.any(),
+        timeout=10000,
+    )
+    objects = viewer.layers[layers.objects_name(image)]
     before = objects.data.copy()
 
     def broken_decode(*args, **kwargs):
@@ -405,6 +408,7 @@ def test_a_stalled_server_times_out_with_a_clear_status_while_napari_stays_respo
         click(viewer, world(image, 300, 150))
         qtbot.waitUntil(lambda: "not answering" in widget.status.text(), timeout=30000)
         timer.stop()
+        assert "StatusCode" not in widget.status.text() and "StatusCode" in widget.status.toolTip()  # details on hover
         assert len(ticks) > 50 and np.diff(ticks).max() < 0.5  # the event loop kept running throughout
         np.testing.assert_allclose(widget.session.object.points, [(300, 150)], atol=1)  # the click is kept
 
@@ -464,14 +468,14 @@ def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(q
     click(viewer, world(image, 80, 80))
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(300)
-    assert not preview.data.any() and layers.OBJECTS_NAME not in viewer.layers
+    assert not preview.data.any() and layers.objects_name(image) not in viewer.layers
 
     again = start(qtbot, viewer, repository=synthetic_repository)  # a new panel takes over the keys
     click(viewer, world(image, 80, 80))
     qtbot.waitUntil(lambda: again.session.object.decoded_version == 1, timeout=10000)
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
-    qtbot.waitUntil(lambda: layers.OBJECTS_NAME in viewer.layers, timeout=10000)
-    assert viewer.layers[layers.OBJECTS_NAME].data[80, 80] == 1
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    assert viewer.layers[layers.objects_name(image)].data[80, 80] == 1
     again.close_session()
 
 
@@ -534,4 +538,43 @@ def test_an_image_with_nan_says_so_and_nothing_is_encoded(qtbot, viewer, synthet
     widget.connect_engine()
     qtbot.waitUntil(lambda: "NaN" in widget.status.text(), timeout=20000)
     assert not widget.ready and len(widget.session.cache) == 0
+    widget.close_session()
+
+
+def test_in_3d_view_the_panel_says_that_sam_works_in_2d_and_the_keys_rest(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    viewer.dims.ndisplay = 3
+    assert widget.status.text().startswith("3D view") and not widget.interactive()
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.wait(200)
+    assert widget.status.text().startswith("3D view") and layers.objects_name(image) not in viewer.layers
+    viewer.dims.ndisplay = 2
+    assert widget.status.text().endswith("ready.") and widget.interactive()
+    widget.close_session()
+
+
+def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own_objects(qtbot, viewer, synthetic_repository):
+    first = viewer.add_image(disk_image(H, W, DISKS), name="first")
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    click(viewer, world(first, 80, 80))
+    qtbot.waitUntil(lambda: widget.session.object.decoded_version == 1, timeout=10000)
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: layers.objects_name(first) in viewer.layers, timeout=10000)
+    second = viewer.add_image(disk_image(H, W, DISKS[::-1]), name="second")  # added later, same shape
+    widget.layer.setCurrentText("second")
+    widget.connect_engine()
+    qtbot.waitUntil(lambda: widget.ready and widget.image.name == "second", timeout=30000)
+    click(viewer, world(second, 300, 150))
+    qtbot.waitUntil(lambda: widget.session.object.decoded_version == 1, timeout=10000)
+    qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.waitUntil(lambda: layers.objects_name(second) in viewer.layers, timeout=10000)
+    names = [layer.name for layer in viewer.layers]
+    assert names == ["first", "first [triton-sam objects]", "second", "second [triton-sam objects]", layers.PREVIEW_NAME]
+    assert (
+        viewer.layers["second [triton-sam objects]"].data[150, 300]
+        and not viewer.layers["first [triton-sam objects]"].data[150, 300]
+    )
     widget.close_session()

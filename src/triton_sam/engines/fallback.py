@@ -97,7 +97,7 @@ class FallbackEngine(Engine):
         reason = self.fallback_reason
         if reason is None:
             return self.active.describe()
-        return f"{self.active.describe()} (Triton not used: {reason.splitlines()[0]})"
+        return f"{self.active.describe()} (Triton not used: {reason.splitlines()[0].split('. ')[0]})"
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         server = self._server

@@ -59,8 +59,8 @@ class TritonClient:
 
     def unreachable(self, error: Exception) -> ServerUnavailableError:
         return ServerUnavailableError(
-            f"Triton server at {self.url} is not answering ({_message(error)}). Check that it runs "
-            "(`triton-sam serve`, or the Docker deployment) and that the URL and port are right."
+            f"Triton server at {self.url} is not answering. Check that it runs (`triton-sam serve`, or the "
+            f"Docker deployment) and that the URL and port are right. ({_message(error)})"
         )
 
     def session_config(self, spec: ModelSpec) -> dict:

@@ -6,6 +6,7 @@ Only fields and their settings live here; `widget.TritonSamWidget` gives them be
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from qtpy.QtCore import QSettings
@@ -20,6 +21,16 @@ from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
 ENV_BACKEND = "TRITON_SAM_BACKEND"
 ENV_MODEL = "TRITON_SAM_MODEL"
+
+
+STATUS_CHARS = 160  # longer messages are cut; the status line's tooltip has all of it
+_GRPC_DETAIL = re.compile(r"\s*\(StatusCode\.(?:[^()]|\([^()]*\))*\)")  # "(StatusCode.UNAVAILABLE: ...)"
+
+
+def short_status(text: str) -> str:
+    """`text` for the status line: without gRPC's detail, at most `STATUS_CHARS` characters."""
+    text = _GRPC_DETAIL.sub("", text)
+    return text if len(text) <= STATUS_CHARS else text[: STATUS_CHARS - 1].rstrip() + "…"
 
 
 def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
@@ -106,7 +117,9 @@ class SettingsForm(QWidget):
         return TritonConnection(url=url, ssl=self.tls.isChecked(), api_key=api_key)
 
     def set_status(self, text: str) -> None:
-        self.status.setText(text)
+        """Show `text` shortened (`short_status`); the status line's tooltip has all of it."""
+        self.status.setText(short_status(text))
+        self.status.setToolTip(text)
 
     def save_settings(self) -> None:
         """Remember the choices for the next session (the API key is never stored)."""

@@ -10,9 +10,12 @@ from collections.abc import Hashable
 
 import numpy as np
 from napari.layers import Image, Labels
+from napari.utils.colormaps import DirectLabelColormap
 
 PREVIEW_NAME = "triton-sam preview"
-OBJECTS_NAME = "triton-sam objects"
+PREVIEW_COLOR = (1.0, 0.85, 0.0, 1.0)  # one fixed colour; committed objects get napari's random label colours
+OBJECTS_SUFFIX = " [triton-sam objects]"
+IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
 
 
@@ -43,40 +46,65 @@ def plane_shape(layer: Image) -> tuple[int, int]:
     return tuple(layer.data.shape[layer.ndim - 2 : layer.ndim])
 
 
+def place_above(viewer, image: Image, layer) -> None:
+    """Move `layer` directly above `image` in the layer list (drawn over it)."""
+    viewer.layers.move(viewer.layers.index(layer), viewer.layers.index(image) + 1)  # indices before the move
+
+
 def preview_layer(viewer, image: Image) -> Labels:
-    """A 2D Labels layer over the image's plane for the live preview (updated in place)."""
+    """A 2D Labels layer over the image's plane for the live preview (updated in place), directly
+    above the image (and its objects), in `PREVIEW_COLOR`."""
     shape = plane_shape(image)
-    for layer in viewer.layers:
-        if layer.name == PREVIEW_NAME and isinstance(layer, Labels) and layer.data.shape == shape:
-            layer.scale, layer.translate = image.scale[-2:], image.translate[-2:]
-            return layer
-    if PREVIEW_NAME in viewer.layers:
-        viewer.layers.remove(PREVIEW_NAME)
-    return viewer.add_labels(
-        np.zeros(shape, np.uint8),
-        name=PREVIEW_NAME,
-        scale=image.scale[-2:],
-        translate=image.translate[-2:],
-        opacity=0.5,
+    preview = next(
+        (
+            layer
+            for layer in viewer.layers
+            if layer.name == PREVIEW_NAME and isinstance(layer, Labels) and layer.data.shape == shape
+        ),
+        None,
     )
+    if preview is None:
+        if PREVIEW_NAME in viewer.layers:
+            viewer.layers.remove(PREVIEW_NAME)
+        preview = viewer.add_labels(
+            np.zeros(shape, np.uint8), name=PREVIEW_NAME, scale=image.scale[-2:], translate=image.translate[-2:], opacity=0.5
+        )
+        preview.colormap = DirectLabelColormap(color_dict={None: (0.0, 0.0, 0.0, 0.0), 1: PREVIEW_COLOR})
+    else:
+        preview.scale, preview.translate = image.scale[-2:], image.translate[-2:]
+    objects = existing_objects_layer(viewer, image)
+    place_above(viewer, objects if objects is not None else image, preview)
+    return preview
+
+
+def objects_name(image: Image) -> str:
+    return f"{image.name}{OBJECTS_SUFFIX}"
 
 
 def existing_objects_layer(viewer, image: Image) -> Labels | None:
-    """The output Labels layer for `image`, if there is one already."""
+    """The output Labels layer of `image` (one per image layer), if there is one already."""
     shape = image.data.shape[: image.ndim]
     for layer in viewer.layers:
-        if layer.name == OBJECTS_NAME and isinstance(layer, Labels) and layer.data.shape == shape:
+        if isinstance(layer, Labels) and layer.metadata.get(IMAGE_KEY) == image.name and layer.data.shape == shape:
             return layer
     return None
 
 
 def objects_layer(viewer, image: Image) -> Labels:
-    """The output Labels layer for committed objects (same shape as the image's data axes)."""
-    shape = image.data.shape[: image.ndim]
+    """The output Labels layer for `image`'s committed objects (same shape as its data axes),
+    made directly above it at the first commit."""
     existing = existing_objects_layer(viewer, image)
     if existing is not None:
         return existing
-    return viewer.add_labels(np.zeros(shape, np.uint32), name=OBJECTS_NAME, scale=image.scale, translate=image.translate)
+    objects = viewer.add_labels(
+        np.zeros(image.data.shape[: image.ndim], np.uint32),
+        name=objects_name(image),
+        scale=image.scale,
+        translate=image.translate,
+        metadata={IMAGE_KEY: image.name},
+    )
+    place_above(viewer, image, objects)
+    return objects
 
 
 def show_preview(layer: Labels, mask: np.ndarray | None) -> None:

@@ -28,6 +28,8 @@ from ..session import InteractiveSession, Preview
 from . import bindings, layers
 from .form import SettingsForm
 
+THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
+
 
 class TritonSamWidget(SettingsForm):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit.
@@ -64,6 +66,7 @@ class TritonSamWidget(SettingsForm):
         self.viewer.mouse_move_callbacks.append(self._on_move)
         self.viewer.mouse_drag_callbacks.append(self._on_press)
         self.viewer.dims.events.current_step.connect(self._on_step)
+        self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
         actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
@@ -78,6 +81,7 @@ class TritonSamWidget(SettingsForm):
             if callback in callbacks:
                 callbacks.remove(callback)
         self.viewer.dims.events.current_step.disconnect(self._on_step)
+        self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
         bindings.unbind_keys(self.viewer, self._key_actions)
@@ -279,6 +283,16 @@ class TritonSamWidget(SettingsForm):
         """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
         return self.enabled.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
 
+    def _on_ndisplay(self, event=None) -> None:
+        """3D view: say that SAM works on 2D planes (mouse and keys rest until 2D is back)."""
+        if self.session is None:
+            return
+        if self.viewer.dims.ndisplay == 3:
+            self.session.leave()
+            self.set_status(THREE_D_STATUS)
+        else:
+            self.set_status(f"{self.session.engine.describe()}: ready.")
+
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
             self.session.leave()
@@ -331,8 +345,8 @@ class TritonSamWidget(SettingsForm):
         stats = self.session.stats
         if preview is not None and stats.latencies_s:
             self.set_status(
-                f"{self.session.engine.describe()} · last preview {stats.latencies_s[-1] * 1000:.0f} ms · "
-                f"{stats.delivered} shown / {stats.sent} sent / {stats.events} moves"
+                f"{self.session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
+                f"{stats.delivered} of {stats.events} mouse moves previewed"
             )
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
