@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +66,30 @@ def official_predictor(model_id: str, seed: int, device: str = "cpu"):
     else:
         from segment_anything import SamPredictor
     return SamPredictor(build_model(spec, seed=seed).to(device))
+
+
+def official_calls(reference, device: str, autocast: bool = False) -> tuple[Callable, Callable]:
+    """`set_image` and `predict` of the official predictor, each finished when it returns (a GPU's
+    queued work included), under bfloat16 autocast if asked."""
+    import torch
+
+    def call(method: Callable) -> Callable:
+        def timed_call(*args, **kwargs):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
+                result = method(*args, **kwargs)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            return result
+
+        return timed_call
+
+    return call(reference.set_image), call(reference.predict)
+
+
+def official_bf16_calls(reference, device: str) -> tuple[Callable, Callable]:
+    """`official_calls` under bfloat16 autocast, on a second predictor over `reference`'s model (it
+    keeps its own bfloat16 features)."""
+    return official_calls(type(reference)(reference.model), device, autocast=True)
 
 
 def onnx_mib(repository: Path, model_id: str) -> float:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..predictor import Predictor
 from ..registry import DEFAULT_MODEL
-from .fixtures import exported_repository, official_predictor
+from .fixtures import exported_repository, official_bf16_calls, official_predictor
 
 
 def parity_images() -> dict[str, np.ndarray]:
@@ -86,17 +86,17 @@ def run(
     import torch
 
     reference = official_predictor(model_id, seed, device)
-    candidates = {"ours": Predictor(model_id, model_repository=exported_repository(model_id, seed, workdir, half=half))}
+    ours = Predictor(model_id, model_repository=exported_repository(model_id, seed, workdir, half=half))
+    candidates = {"ours": (ours.set_image, ours.predict)}  # ours takes the plane as it is, grey or RGB
     if device == "cuda":
-        candidates["official_bf16"] = type(reference)(reference.model)
+        set_bf16, predict_bf16 = official_bf16_calls(reference, device)
+        candidates["official_bf16"] = (lambda image: set_bf16(rgb(image)), predict_bf16)
     result: dict = {"benchmark": "parity", "model": model_id, "device": device, "encoder_precision": "fp16" if half else "fp32"}
     with torch.inference_mode():
         for name, image in parity_images().items():
             reference.set_image(rgb(image))
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-                if "official_bf16" in candidates:
-                    candidates["official_bf16"].set_image(rgb(image))
-            candidates["ours"].set_image(image)
+            for set_image, _ in candidates.values():
+                set_image(image)
             calls = [
                 {k: np.asarray(v, np.float32) for k, v in prompts.items()} | {"multimask_output": multimask}
                 for _, prompts in prompt_sets(*image.shape[:2])
@@ -104,8 +104,6 @@ def run(
             ]
             expected = [reference.predict(**call) for call in calls]
             result[name] = {}
-            for candidate, predictor in candidates.items():
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=candidate == "official_bf16"):
-                    outputs = [predictor.predict(**call) for call in calls]
-                result[name][candidate] = _agreement(expected, outputs)
+            for candidate, (_, predict) in candidates.items():
+                result[name][candidate] = _agreement(expected, [predict(**call) for call in calls])
     return result

@@ -8,7 +8,6 @@ bfloat16 autocast (as its README runs it), and ours on ONNX Runtime's CUDA provi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,25 +16,15 @@ from ..predictor import Predictor
 from ..registry import DEFAULT_MODEL
 from ..repository import ENCODER_FP16, ENCODER_FP32
 from . import summarize, timed
-from .fixtures import BENCH_SHAPE, bench_image, exported_repository, official_predictor, onnx_mib
-
-
-def _official_calls(reference, device: str, autocast: bool) -> tuple[Callable, Callable]:
-    """`set_image` and `predict` of the official predictor, each finished when it returns (a GPU's
-    queued work included), under bfloat16 autocast if asked."""
-    import torch
-
-    def call(method: Callable) -> Callable:
-        def timed_call(*args, **kwargs):
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast):
-                result = method(*args, **kwargs)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            return result
-
-        return timed_call
-
-    return call(reference.set_image), call(reference.predict)
+from .fixtures import (
+    BENCH_SHAPE,
+    bench_image,
+    exported_repository,
+    official_bf16_calls,
+    official_calls,
+    official_predictor,
+    onnx_mib,
+)
 
 
 def run(
@@ -57,9 +46,9 @@ def run(
     ours = Predictor(model_id, model_repository=repository)
     image = bench_image(shape)
     point = {"point_coords": np.array([[shape[1] * 0.4, shape[0] * 0.45]]), "point_labels": np.array([1])}
-    implementations = {"ref": _official_calls(reference, device, autocast=False)}
-    if device == "cuda":  # a second predictor on the same model keeps its own (bfloat16) features
-        implementations["ref_bf16"] = _official_calls(type(reference)(reference.model), device, autocast=True)
+    implementations = {"ref": official_calls(reference, device)}
+    if device == "cuda":
+        implementations["ref_bf16"] = official_bf16_calls(reference, device)
     implementations["ours"] = (ours.set_image, ours.predict)
 
     times: dict[str, list[float]] = {f"{name}_{step}": [] for name in implementations for step in ("encode", "decode")}

@@ -38,8 +38,7 @@ class LocalEngine(Engine):
         feature_device: str | None = None,
     ) -> None:
         self.spec = exported.spec
-        self._weights_id = exported.weights_id
-        self._random_weights = exported.random_weights
+        self.exported = exported
         providers = providers or usable_providers()
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -55,7 +54,7 @@ class LocalEngine(Engine):
 
     @property
     def weights_id(self) -> str | None:
-        return self._weights_id
+        return self.exported.weights_id
 
     @functools.cached_property
     def resizer(self) -> MaskResizer:
@@ -64,7 +63,7 @@ class LocalEngine(Engine):
 
     def describe(self) -> str:
         device = self.providers[0].removesuffix("ExecutionProvider")
-        random = ", random weights: masks are noise" if self._random_weights else ""
+        random = ", random weights: masks are noise" if self.exported.random_weights else ""
         return f"local ONNX Runtime ({device}{random})"
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
