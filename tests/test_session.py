@@ -129,6 +129,44 @@ def test_commit_without_prompts_takes_the_object_under_the_cursor(session):
     assert (made["points"], made["labels"], made["box"], made["candidate"]) == ([[300, 150]], [1], None, None)
 
 
+def test_with_prompts_the_cursor_is_a_hint_apart_and_commit_stores_what_the_preview_marks_as_the_object(
+    session, synthetic_repository
+):
+    session.add_point(80, 80)
+    clicked = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    session.hover(300, 150)  # over the other disk: what would a click there give?
+    shown = session.previews.wait_for(lambda p: p is not None and p.point == (300, 150))
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(IMAGE)
+        both, _, _ = predictor.predict(point_coords=[[80, 80], [300, 150]], point_labels=[1, 1], multimask_output=False)
+    np.testing.assert_array_equal(shown.hint, both[0])  # the hint: the object with the cursor as a point too
+    assert shown.hint[150, 300] and shown.hint[80, 80]
+    np.testing.assert_array_equal(shown.mask, clicked.mask)  # the object: the clicked one only
+    committed = session.commit()
+    np.testing.assert_array_equal(committed.mask, shown.mask)
+    assert not committed.mask[150, 300] and committed.provenance["points"] == [[80.0, 80.0]]
+
+
+def test_a_click_whose_decode_failed_is_decoded_again_at_the_next_move(session, monkeypatch):
+    decode = session.engine.decode
+    failing = threading.Event()
+    failing.set()
+
+    def flaky_decode(*args, **kwargs):
+        if failing.is_set():
+            raise ConnectionError("server away")
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(session.engine, "decode", flaky_decode)
+    session.add_point(300, 150)
+    assert session.commit() is None and session.prompts.points == [(300.0, 150.0)]  # no mask, the click is kept
+    failing.clear()
+    session.hover(100, 200)
+    session.previews.wait_for(lambda p: p is not None and p.candidate is not None and p.mask[150, 300])
+    committed = session.commit()
+    assert committed is not None and committed.mask[150, 300] and not committed.mask[80, 80]
+
+
 def test_cycle_candidates_undo_and_discard(session):
     session.add_point(80, 80)
     first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)

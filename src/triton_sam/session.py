@@ -4,8 +4,10 @@ Qt-free. The caller (the napari widget, a benchmark, a test) says which image pl
 reports cursor moves and clicks in image pixels (x, y), and receives `Preview`s through a callback
 on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor moves never queue up.
 
-- Hover: the cursor is an extra positive point added to the object's prompts (with no prompts yet,
-  the preview is the object under the cursor); one mask, chosen the way SAM2 chooses.
+- Hover: with no prompts yet, the preview is the object under the cursor (one mask, chosen the way
+  SAM2 chooses). With prompts, the preview is the object as the prompts make it, and the cursor is
+  an extra positive point whose mask comes apart as a `hint`: what a click there would give.
+  A preview's `mask` is always what `commit` stores.
 - Click / box: the prompt is recorded at once (never lost), then decoded with the previous round's
   low-res logits; 3 candidates, best score first, `cycle_candidate` goes through them.
 - `undo`, `discard`, `commit` (full-resolution mask plus a new object id). Each plane of a stack
@@ -30,11 +32,12 @@ from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
 
 @dataclass(frozen=True)
 class Preview:
-    """A mask to show: full size of the plane it belongs to."""
+    """Masks to show, full size of the plane they belong to: `mask` is what `commit` would store."""
 
     plane: Hashable
     mask: np.ndarray  # bool [H, W]
     score: float
+    hint: np.ndarray | None = None  # bool [H, W], with prompts: the object with a point at `point` too
     point: tuple[float, float] | None = None  # the hover point, None for a prompt result
     candidate: int | None = None  # which multimask candidate (prompt results)
     seq: int = 0  # the scheduler's sequence number, for a last `is_current` check
@@ -62,6 +65,7 @@ class ObjectPrompts:
     version: int = 0  # bumped on every change; a decode stores results only for its version
     low_res: np.ndarray | None = None  # float32 [C, 256, 256] candidates of the last decode
     scores: np.ndarray | None = None  # [C]
+    mask: np.ndarray | None = None  # bool [H, W], the chosen candidate at full size: what commit stores
     chosen: int = 0
     decoded_version: int = -1
     pending: int = 0  # prompt decodes submitted and not finished
@@ -147,6 +151,13 @@ class InteractiveSession:
             return self._plane.key if self._plane else None
 
     @property
+    def prompts(self) -> ObjectPrompts:
+        """A copy of the prompts of the object in progress on the current plane (for drawing them)."""
+        with self._lock:
+            obj = self.object
+            return ObjectPrompts(points=list(obj.points), labels=list(obj.labels), box=obj.box)
+
+    @property
     def object(self) -> ObjectPrompts:
         """Prompts of the object in progress on the current plane."""
         with self._lock:
@@ -174,11 +185,20 @@ class InteractiveSession:
                 self._decoder.count_skipped_event()
                 return None
             self._last_hover = (x, y)
-            kwargs = self.object.request_kwargs(extra_point=(x, y))
+            obj = self.object
+            if not obj.empty and obj.pending == 0 and obj.decoded_version != obj.version:
+                self._submit_prompt(None)  # the last prompt's decode failed (a server away?): again
+            kwargs = obj.request_kwargs(extra_point=(x, y))
+            with_prompts = not obj.empty
 
-        def run(token: CancelToken) -> Preview:
+        def run(token: CancelToken) -> Preview | None:
             masks, scores = self._decode(plane, kwargs, False, token)
-            return Preview(plane.key, masks[0], float(scores[0]), point=(x, y))
+            if not with_prompts:
+                return Preview(plane.key, masks[0], float(scores[0]), point=(x, y))
+            with self._lock:
+                if self._objects.get(plane.key) is not obj:
+                    return None  # committed or discarded meanwhile
+                return replace(self._object_preview(plane, obj), hint=masks[0], point=(x, y))
 
         return self._decoder.hover(run, t_event)
 
@@ -226,9 +246,10 @@ class InteractiveSession:
             else:
                 obj.points.pop()
                 obj.labels.pop()
-            obj.low_res = obj.scores = None  # the refinement chain no longer applies
+            obj.low_res = obj.scores = obj.mask = None  # the refinement chain no longer applies
             if obj.empty:
                 obj.version += 1
+                self._hover_preview = None
                 self._decoder.clear(prompts=True)
                 self._on_preview(None)
             else:
@@ -241,8 +262,8 @@ class InteractiveSession:
             obj, plane = self.object, self._plane
             if obj.low_res is None or plane is None:
                 return None
-            obj.chosen = (obj.chosen + 1) % len(obj.low_res)
-            preview = self._candidate_preview(plane, obj)
+            self._choose(plane, obj, (obj.chosen + 1) % len(obj.low_res))
+            preview = self._object_preview(plane, obj)
         self._on_preview(preview)
         return preview
 
@@ -250,21 +271,23 @@ class InteractiveSession:
         """Drop the object in progress on this plane."""
         with self._lock:
             self._objects.pop(self._plane.key if self._plane else None, None)
+            self._hover_preview = None
             self._decoder.clear(prompts=True)
         self._on_preview(None)
 
     def commit(self, wait_s: float = 30.0) -> Committed | None:
         """Finish the object: its full-size mask and a new id. Waits for its prompt decodes first.
 
-        With no prompts, the object under the cursor (the hover preview) is committed.
+        What is stored is a preview's `mask`: the object its prompts make (the hover `hint` is
+        not part of it) or, with no prompts, the object under the cursor.
         """
         with self._lock:
             obj, plane = self.object, self._plane
             if plane is None:
                 return None
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
-            if not obj.empty and obj.low_res is not None and obj.decoded_version == obj.version:
-                mask = self._candidate_preview(plane, obj).mask
+            if not obj.empty and obj.mask is not None and obj.decoded_version == obj.version:
+                mask = obj.mask
                 made_by = self.provenance(obj, candidate=obj.chosen)
             elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
                 mask = self._hover_preview.mask
@@ -336,11 +359,11 @@ class InteractiveSession:
                 low_res, scores = self._decode_low_res(plane, kwargs, True, token)
                 with self._lock:
                     if obj.version != version:  # a newer prompt will store its own result
-                        return self._candidate_preview(plane, obj) if obj.low_res is not None else None
+                        return self._object_preview(plane, obj) if obj.mask is not None else None
                     obj.low_res, obj.scores = low_res, scores
-                    obj.chosen = int(np.argmax(scores))
+                    self._choose(plane, obj, int(np.argmax(scores)))
                     obj.decoded_version = version
-                    return self._candidate_preview(plane, obj)
+                    return self._object_preview(plane, obj)
             finally:
                 with self._lock:
                     obj.pending -= 1
@@ -348,9 +371,16 @@ class InteractiveSession:
 
         return self._decoder.prompt(run, t_event)
 
-    def _candidate_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
-        mask = self._image_masks(obj.low_res[obj.chosen][None], plane)[0]
-        return Preview(plane.key, mask, float(obj.scores[obj.chosen]), candidate=obj.chosen)
+    def _choose(self, plane: _Plane, obj: ObjectPrompts, candidate: int) -> None:
+        """Make `candidate` the object's mask (call with the lock held)."""
+        obj.chosen = candidate
+        obj.mask = self._image_masks(obj.low_res[candidate][None], plane)[0]
+
+    def _object_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
+        """The object as its prompts make it (empty while its first decode runs; lock held)."""
+        if obj.mask is None:
+            return Preview(plane.key, np.zeros(plane.size, bool), 0.0)
+        return Preview(plane.key, obj.mask, float(obj.scores[obj.chosen]), candidate=obj.chosen)
 
     def _decode_low_res(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
         request = model_request(self.spec, plane.size, **kwargs)
@@ -373,7 +403,7 @@ class InteractiveSession:
         with self._lock:
             if self._plane is None or preview.plane != self._plane.key:
                 return  # never show a mask on another plane
-            if preview.point is not None:
+            if preview.point is not None and preview.hint is None:
                 self._hover_preview = preview
         self._on_preview(preview)
 

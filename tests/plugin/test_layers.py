@@ -55,3 +55,32 @@ def test_each_image_gets_its_own_objects_layer_and_the_plugin_layers_sit_above_t
     assert [layer.name for layer in viewer.layers][-3:] == ["second", "second [triton-sam objects]", layers.PREVIEW_NAME]
     assert objects_second is not objects_first and layers.existing_objects_layer(viewer, first) is objects_first
     np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)
+
+
+def test_a_preview_writes_only_the_pixels_that_change_and_keeps_no_history_beyond_its_budget(monkeypatch):
+    from napari.components import ViewerModel
+
+    viewer = ViewerModel()
+    image = viewer.add_image(np.zeros((300, 400)))
+    live = layers.LivePreview(layers.preview_layer(viewer, image))
+    updates = []
+    live.layer.events.labels_update.connect(lambda event: updates.append((event.offset, event.data.shape)))
+    mask, hint = np.zeros((300, 400), bool), np.zeros((300, 400), bool)
+    mask[10:20, 30:50] = True
+    hint[15:40, 30:60] = True
+    live.show(mask, hint)
+    assert np.array_equal(live.layer.data == 1, mask) and np.array_equal(live.layer.data == 2, hint & ~mask)
+    assert updates[-1] == ([10, 30], (30, 30))  # napari recoloured the changed box, not the plane
+    moved = np.roll(mask, 5, axis=1)
+    live.show(moved)
+    assert np.array_equal(live.layer.data == 1, moved) and not (live.layer.data == 2).any()
+    assert updates[-1] == ([10, 30], (30, 30))
+    count = len(updates)
+    live.show(moved)  # nothing changed: nothing written
+    assert len(updates) == count and not live.layer.editable
+
+    monkeypatch.setattr(layers, "PREVIEW_HISTORY_BYTES", 1000)
+    live.show(None)  # more than 1000 bytes of history: napari lets it go
+    assert not live.layer.data.any()
+    live.layer.undo()
+    assert not live.layer.data.any()  # nothing left to undo

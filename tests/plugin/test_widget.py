@@ -16,9 +16,10 @@ from triton_sam import Predictor
 
 napari = pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
+from qtpy.QtTest import QTest  # noqa: E402
 
 from triton_sam.bench.gui import send_mouse  # noqa: E402
-from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin import bindings, layers  # noqa: E402
 from triton_sam.plugin.bindings import KEYS  # noqa: E402
 from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402
 
@@ -49,6 +50,24 @@ def click(viewer, world_yx, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
     left = Qt.MouseButton.LeftButton
     _send(viewer, QEvent.Type.MouseButtonPress, world_yx, left, left, modifiers)
     _send(viewer, QEvent.Type.MouseButtonRelease, world_yx, left, Qt.MouseButton.NoButton, modifiers)
+
+
+def drag_box(viewer, image, start_xy, end_xy, before_release=lambda: None) -> None:
+    """Ctrl-drag from image pixel `start_xy` to `end_xy` in five moves."""
+    ctrl, left = Qt.KeyboardModifier.ControlModifier, Qt.MouseButton.LeftButton
+    start_pos, end_pos = world(image, *start_xy), world(image, *end_xy)
+    _send(viewer, QEvent.Type.MouseButtonPress, start_pos, left, left, ctrl)
+    for t in np.linspace(0, 1, 6)[1:]:
+        _send(viewer, QEvent.Type.MouseMove, start_pos + (end_pos - start_pos) * float(t), left, left, ctrl)
+    before_release()
+    _send(viewer, QEvent.Type.MouseButtonRelease, end_pos, left, Qt.MouseButton.NoButton, ctrl)
+
+
+def key(viewer, action: str) -> None:
+    """Press the key bound to `action` ("commit", "undo", ...) on the canvas."""
+    name = KEYS[action].split("-")[-1]
+    modifiers = Qt.KeyboardModifier.ShiftModifier if KEYS[action].startswith("Shift-") else Qt.KeyboardModifier.NoModifier
+    QTest.keyClick(_canvas(viewer).native, getattr(Qt.Key, f"Key_{name}"), modifiers)
 
 
 def world(layer, x: float, y: float) -> np.ndarray:
@@ -263,16 +282,11 @@ def test_rgb_image_and_ctrl_drag_box(qtbot, viewer, synthetic_repository):
     image = viewer.add_image(np.stack([gray, gray, gray], axis=-1), rgb=True)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    ctrl, left = Qt.KeyboardModifier.ControlModifier, Qt.MouseButton.LeftButton
-    start_pos, end_pos = world(image, 250, 100), world(image, 350, 200)
-    _send(viewer, QEvent.Type.MouseButtonPress, start_pos, left, left, ctrl)
-    for t in np.linspace(0, 1, 6)[1:]:
-        _send(viewer, QEvent.Type.MouseMove, start_pos + (end_pos - start_pos) * float(t), left, left, ctrl)
-    _send(viewer, QEvent.Type.MouseButtonRelease, end_pos, left, Qt.MouseButton.NoButton, ctrl)
+    drag_box(viewer, image, (250, 100), (350, 200))
     qtbot.waitUntil(lambda: widget.session.object.box is not None, timeout=5000)
     x0, y0, x1, y1 = widget.session.object.box
     assert abs(x0 - 250) < 3 and abs(y0 - 100) < 3 and abs(x1 - 350) < 3 and abs(y1 - 200) < 3
-    assert viewer.camera.mouse_pan  # handed back after the drag
+    assert bindings.camera(viewer).mouse_pan  # handed back after the drag
     obj = widget.session.object
     qtbot.waitUntil(lambda: obj.decoded_version == obj.version, timeout=10000)
     with Predictor(model_repository=synthetic_repository) as predictor:
@@ -572,9 +586,92 @@ def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: layers.objects_name(second) in viewer.layers, timeout=10000)
     names = [layer.name for layer in viewer.layers]
-    assert names == ["first", "first [triton-sam objects]", "second", "second [triton-sam objects]", layers.PREVIEW_NAME]
+    assert names == [
+        "first",
+        "first [triton-sam objects]",
+        "second",
+        "second [triton-sam objects]",
+        layers.PREVIEW_NAME,
+        layers.BOX_NAME,
+        layers.PROMPTS_NAME,
+    ]
     assert (
         viewer.layers["second [triton-sam objects]"].data[150, 300]
         and not viewer.layers["first [triton-sam objects]"].data[150, 300]
     )
+    widget.close_session()
+
+
+def _drawn_points(viewer) -> list[tuple[int, int, bool]]:
+    """(x, y, positive) of the points the prompts layer draws."""
+    points = viewer.layers[layers.PROMPTS_NAME]
+    positive = np.asarray(napari.utils.colormaps.standardize_color.transform_color(layers.POSITIVE_COLOR)[0])
+    return [
+        (round(x), round(y), bool(np.allclose(colour, positive)))
+        for (y, x), colour in zip(points.data, points.face_color, strict=True)
+    ]
+
+
+def _drawn_box(viewer) -> tuple[int, ...] | None:
+    """(x0, y0, x1, y1) of the rectangle the box layer draws."""
+    box = viewer.layers[layers.BOX_NAME]
+    if not box.data:
+        return None
+    (y0, x0), (y1, x1) = box.data[0].min(axis=0), box.data[0].max(axis=0)
+    return round(x0), round(y0), round(x1), round(y1)
+
+
+def test_prompts_are_drawn_where_they_were_given_and_go_with_undo_commit_and_discard(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS), scale=(0.5, 2.0))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    click(viewer, world(image, 80, 80))
+    click(viewer, world(image, 300, 150), Qt.KeyboardModifier.AltModifier)
+    qtbot.waitUntil(lambda: len(_drawn_points(viewer)) == 2, timeout=5000)
+    drawn = _drawn_points(viewer)
+    assert all(abs(x - ex) <= 1 and abs(y - ey) <= 1 for (x, y, _), (ex, ey) in zip(drawn, [(80, 80), (300, 150)]))
+    assert [positive for *_, positive in drawn] == [True, False]
+
+    during = []
+    drag_box(viewer, image, (250, 100), (350, 200), before_release=lambda: during.append(_drawn_box(viewer)))
+    assert during[0] is not None  # the box is drawn while it is dragged
+    qtbot.waitUntil(lambda: widget.session.object.box is not None, timeout=5000)
+    assert np.allclose(_drawn_box(viewer), widget.session.object.box, atol=1)
+    assert np.allclose(_drawn_box(viewer), (250, 100, 350, 200), atol=3)
+
+    key(viewer, "undo")  # the box was the last prompt
+    assert _drawn_box(viewer) is None and len(_drawn_points(viewer)) == 2
+    key(viewer, "undo")
+    assert [p[2] for p in _drawn_points(viewer)] == [True]
+    obj = widget.session.object
+    qtbot.waitUntil(lambda: obj.decoded_version == obj.version, timeout=10000)
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    assert _drawn_points(viewer) == [] and _drawn_box(viewer) is None
+
+    click(viewer, world(image, 300, 150))
+    drag_box(viewer, image, (250, 100), (350, 200))
+    qtbot.waitUntil(lambda: _drawn_box(viewer) is not None and len(_drawn_points(viewer)) == 1, timeout=5000)
+    key(viewer, "discard")
+    assert _drawn_points(viewer) == [] and _drawn_box(viewer) is None and widget.session.object.empty
+    widget.close_session()
+
+
+def test_the_commit_key_stores_what_the_preview_shows_as_the_object_not_the_hint(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    click(viewer, world(image, 80, 80))
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
+    move(viewer, world(image, 300, 150))  # over the other disk: shown apart, as what a click would add
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 2 and preview.data[80, 80] == 1, timeout=10000)
+    np.testing.assert_allclose(preview.colormap.map(2), layers.HINT_COLOR)
+    shown = preview.data == 1
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
+    np.testing.assert_array_equal(objects.data == 1, shown)  # what was yellow, nothing else
+    assert not objects.data[150, 300]
     widget.close_session()

@@ -21,6 +21,7 @@ from qtpy.QtOpenGLWidgets import QOpenGLWidget
 from qtpy.QtWidgets import QApplication, QWidget
 
 from .. import bench
+from ..plugin import bindings
 from ..registry import DEFAULT_MODEL
 from .fixtures import BENCH_SHAPE
 
@@ -79,7 +80,7 @@ def send_mouse(
     modifiers: Qt.KeyboardModifier = Qt.KeyboardModifier.NoModifier,
 ) -> None:
     """Send a real Qt mouse event to napari's canvas at a 2D world point (camera centre + zoom)."""
-    camera = viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera  # napari >= 0.9
+    camera = bindings.camera(viewer)
     size = np.array([canvas.height(), canvas.width()])
     yx = (np.asarray(world_yx)[-2:] - np.asarray(camera.center[-2:])) * camera.zoom + size / 2
     position = QPointF(float(yx[1]), float(yx[0]))

@@ -22,6 +22,11 @@ BOX_MODIFIER = "Control"  # Ctrl-drag: box
 CLICK_TOLERANCE_PX = 3.0  # a press that moves less than this on screen is a click
 
 
+def camera(viewer):
+    """The viewer's camera (`viewer.scene.camera` since napari 0.9, `viewer.camera` before)."""
+    return viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
+
+
 def hover(widget, viewer, event) -> None:
     """Mouse move: ask for the preview of the object under the cursor."""
     if widget.interactive():
@@ -36,19 +41,21 @@ def press(widget, viewer, event) -> Generator[None, None, None]:
     start = np.asarray(event.position, float)
     box = BOX_MODIFIER in event.modifiers
     if box:
-        viewer.camera.mouse_pan = False
+        camera(viewer).mouse_pan = False
     yield
     moved = False
+    x0, y0 = layers.image_xy(widget.image, start)
     while event.type == "mouse_move":
-        moved = moved or np.abs(np.asarray(event.position) - start).max() * viewer.camera.zoom > CLICK_TOLERANCE_PX
+        moved = moved or np.abs(np.asarray(event.position) - start).max() * camera(viewer).zoom > CLICK_TOLERANCE_PX
+        if box:
+            layers.show_box(widget.box, (x0, y0, *layers.image_xy(widget.image, event.position)))
         yield
     if box:
-        viewer.camera.mouse_pan = True
-        (x0, y0), (x1, y1) = layers.image_xy(widget.image, start), layers.image_xy(widget.image, event.position)
-        widget.session.set_box(x0, y0, x1, y1)
+        camera(viewer).mouse_pan = True
+        widget.set_box(x0, y0, *layers.image_xy(widget.image, event.position))
     elif not moved:
         x, y = layers.image_xy(widget.image, event.position)
-        widget.session.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
+        widget.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
 
 
 def bind_keys(viewer, actions: dict[str, Callable[[], None]]) -> dict[str, Callable]:

@@ -78,7 +78,8 @@ class SettingsForm(QWidget):
         keys = QLabel(
             f"Hover: preview · click: add · {NEGATIVE_MODIFIER}-click: exclude · {BOX_MODIFIER}-drag: box<br>"
             f"{KEYS['commit']}: commit · {KEYS['undo']}: undo prompt · {KEYS['cycle']}: next candidate · "
-            f"{KEYS['discard']}: discard"
+            f"{KEYS['discard']}: discard<br>"
+            f"Yellow: what {KEYS['commit']} stores · blue: what a click at the cursor would add"
         )
         keys.setWordWrap(True)
         form = QFormLayout()

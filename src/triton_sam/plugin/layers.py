@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 import numpy as np
-from napari.layers import Image, Labels
+from napari.layers import Image, Labels, Points, Shapes
 from napari.utils.colormaps import DirectLabelColormap
 
 PREVIEW_NAME = "triton-sam preview"
-PREVIEW_COLOR = (1.0, 0.85, 0.0, 1.0)  # one fixed colour; committed objects get napari's random label colours
+PROMPTS_NAME = "triton-sam prompts"
+BOX_NAME = "triton-sam box"
+# Fixed colours; committed objects get napari's random label colours.
+PREVIEW_COLOR = (1.0, 0.85, 0.0, 1.0)  # label 1: the object as the commit key stores it
+HINT_COLOR = (0.0, 0.8, 1.0, 1.0)  # label 2: what a click at the cursor would add to it
+POSITIVE_COLOR = "#33e633"
+NEGATIVE_COLOR = "#ff3333"
+PREVIEW_HISTORY_BYTES = 32 * 2**20  # napari's undo history of the preview is let go beyond this
 OBJECTS_SUFFIX = " [triton-sam objects]"
 IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
@@ -51,30 +58,78 @@ def place_above(viewer, image: Image, layer) -> None:
     viewer.layers.move(viewer.layers.index(layer), viewer.layers.index(image) + 1)  # indices before the move
 
 
+def _reusable(viewer, name: str, kind: type, fits=lambda layer: True):
+    """Our layer called `name` if it is a `kind` that `fits`; a layer of that name that is not is removed."""
+    found = next((layer for layer in viewer.layers if layer.name == name and isinstance(layer, kind) and fits(layer)), None)
+    if found is None and name in viewer.layers:
+        viewer.layers.remove(name)
+    return found
+
+
+def _on_plane(image: Image) -> dict:
+    """The placement of the image's plane, for a 2D layer (given when it is made: a layer placed
+    elsewhere first would change the viewer's extent)."""
+    return {"scale": image.scale[-2:], "translate": image.translate[-2:]}
+
+
 def preview_layer(viewer, image: Image) -> Labels:
     """A 2D Labels layer over the image's plane for the live preview (updated in place), directly
-    above the image (and its objects), in `PREVIEW_COLOR`."""
+    above the image (and its objects): `PREVIEW_COLOR` for the object, `HINT_COLOR` for the hint."""
     shape = plane_shape(image)
-    preview = next(
-        (
-            layer
-            for layer in viewer.layers
-            if layer.name == PREVIEW_NAME and isinstance(layer, Labels) and layer.data.shape == shape
-        ),
-        None,
-    )
+    preview = _reusable(viewer, PREVIEW_NAME, Labels, lambda layer: layer.data.shape == shape)
     if preview is None:
-        if PREVIEW_NAME in viewer.layers:
-            viewer.layers.remove(PREVIEW_NAME)
-        preview = viewer.add_labels(
-            np.zeros(shape, np.uint8), name=PREVIEW_NAME, scale=image.scale[-2:], translate=image.translate[-2:], opacity=0.5
-        )
-        preview.colormap = DirectLabelColormap(color_dict={None: (0.0, 0.0, 0.0, 0.0), 1: PREVIEW_COLOR})
+        preview = viewer.add_labels(np.zeros(shape, np.uint8), name=PREVIEW_NAME, opacity=0.5, **_on_plane(image))
+        preview.colormap = DirectLabelColormap(color_dict={None: (0.0, 0.0, 0.0, 0.0), 1: PREVIEW_COLOR, 2: HINT_COLOR})
     else:
-        preview.scale, preview.translate = image.scale[-2:], image.translate[-2:]
+        preview.scale, preview.translate = _on_plane(image).values()
     objects = existing_objects_layer(viewer, image)
     place_above(viewer, objects if objects is not None else image, preview)
     return preview
+
+
+def prompt_layers(viewer, image: Image, above: Labels) -> tuple[Points, Shapes]:
+    """The layers that draw the object's prompts over the image's plane, directly above `above`:
+    points (`POSITIVE_COLOR` / `NEGATIVE_COLOR`) and the box (a rectangle). Drawn, not edited:
+    the session holds the prompts."""
+    size = max(plane_shape(image)) / 100  # data pixels; kept between 7 and 14 screen pixels
+    points = _reusable(viewer, PROMPTS_NAME, Points)
+    if points is None:
+        points = viewer.add_points(
+            np.empty((0, 2)), name=PROMPTS_NAME, size=size, border_color="white", border_width=0.15, **_on_plane(image)
+        )
+        points.canvas_size_limits = (7, 14)
+    box = _reusable(viewer, BOX_NAME, Shapes)
+    if box is None:
+        box = viewer.add_shapes(
+            ndim=2,
+            name=BOX_NAME,
+            edge_color=POSITIVE_COLOR,
+            face_color="transparent",
+            edge_width=max(1.0, size / 4),
+            **_on_plane(image),
+        )
+    for layer in (box, points):
+        layer.scale, layer.translate = _on_plane(image).values()
+        place_above(viewer, above, layer)
+        above = layer
+    return points, box
+
+
+def show_prompts(points: Points, box_layer: Shapes, prompts) -> None:
+    """Draw `prompts` (`session.ObjectPrompts`: points (x, y), labels, box x0, y0, x1, y1)."""
+    yx = np.array([(y, x) for x, y in prompts.points], float).reshape(-1, 2)
+    points.data = yx
+    if len(yx):
+        points.face_color = [POSITIVE_COLOR if label else NEGATIVE_COLOR for label in prompts.labels]
+    show_box(box_layer, prompts.box)
+
+
+def show_box(box_layer: Shapes, box: tuple[float, float, float, float] | None) -> None:
+    """Draw `box` (x0, y0, x1, y1 in image pixels) as the one rectangle of `box_layer`, or none."""
+    box_layer.data = []
+    if box is not None:
+        x0, y0, x1, y1 = box
+        box_layer.add_rectangles(np.array([[y0, x0], [y1, x1]], float))
 
 
 def objects_name(image: Image) -> str:
@@ -107,10 +162,36 @@ def objects_layer(viewer, image: Image) -> Labels:
     return objects
 
 
-def show_preview(layer: Labels, mask: np.ndarray | None) -> None:
-    """Replace the preview in place (no undo history: it is not an annotation)."""
-    layer.data[...] = 0 if mask is None else mask
-    layer.refresh()
+class LivePreview:
+    """Writes previews into the preview layer: label 1 the object, label 2 the hint's extra pixels.
+
+    Only pixels that change are written (`Labels.data_setitem`), so napari recolours and uploads
+    just their bounding box instead of the whole plane. napari keeps an undo history of such writes;
+    a preview is not an annotation, so that history is let go (a layer made read-only forgets it)
+    once it holds about `PREVIEW_HISTORY_BYTES`.
+    """
+
+    def __init__(self, layer: Labels) -> None:
+        self.layer = layer
+        self.layer.editable = False  # nobody paints on the preview
+        self._history_bytes = 0
+
+    def show(self, mask: np.ndarray | None, hint: np.ndarray | None = None) -> None:
+        shown = np.asarray(self.layer.data)
+        new = np.zeros(shown.shape, np.uint8)
+        if hint is not None:
+            new[hint] = 2
+        if mask is not None:
+            new[mask] = 1
+        changed = np.nonzero(new != shown)
+        if not changed[0].size:
+            return
+        self.layer.data_setitem(changed, new[changed])
+        self._history_bytes += changed[0].size * (2 * changed[0].itemsize + 2)  # indices, old and new values
+        if self._history_bytes > PREVIEW_HISTORY_BYTES:
+            self.layer.editable = True
+            self.layer.editable = False
+            self._history_bytes = 0
 
 
 def write_object(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int, provenance: dict) -> int:

@@ -24,7 +24,7 @@ from superqt.utils import ensure_main_thread
 from ..engines import create_engine, offered_models
 from ..features import FeatureCache
 from ..registry import MODELS
-from ..session import InteractiveSession, Preview
+from ..session import InteractiveSession, ObjectPrompts, Preview
 from . import bindings, layers
 from .form import SettingsForm
 
@@ -46,6 +46,8 @@ class TritonSamWidget(SettingsForm):
         self.viewer = napari_viewer
         self.session: InteractiveSession | None = None
         self.image: Image | None = None
+        self.preview: layers.LivePreview | None = None
+        self.prompts = self.box = None  # layers drawing the prompts
         self._index: tuple[int, ...] | None = None
         self._encoding = None
         self._closed = False
@@ -164,7 +166,8 @@ class TritonSamWidget(SettingsForm):
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
         self._shut_down_on_delete = self.session.close
         self.destroyed.connect(self._shut_down_on_delete)
-        self.preview = layers.preview_layer(self.viewer, self.image)
+        self.preview = layers.LivePreview(layers.preview_layer(self.viewer, self.image))
+        self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
@@ -185,6 +188,7 @@ class TritonSamWidget(SettingsForm):
             return
         self._index = index
         self.session.leave()  # clears the preview at once: never another plane's mask
+        self.draw_prompts(clear=True)
         key = layers.plane_key(self.image, index)
         data = layers.plane_data(self.image, index)
         contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
@@ -207,6 +211,7 @@ class TritonSamWidget(SettingsForm):
     def _plane_ready(self, index, seconds: float) -> None:
         if self.session is None or self.image is None or index != self._index:
             return  # closed, or the user moved on while this plane was encoded
+        self.draw_prompts()  # the object in progress on this plane, if any
         self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
         self._prefetch_neighbours(index)
 
@@ -311,6 +316,7 @@ class TritonSamWidget(SettingsForm):
         if committed is None:
             self.set_status("Nothing to commit: hover over an object or click on it first.")
             return
+        self.draw_prompts()
         objects = layers.objects_layer(self.viewer, self.image)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance)
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
@@ -318,28 +324,47 @@ class TritonSamWidget(SettingsForm):
     def discard(self) -> None:
         if self.interactive():
             self.session.discard()
+            self.draw_prompts()
 
     def undo(self) -> None:
         if self.interactive():
             self.session.undo()
+            self.draw_prompts()
 
     def cycle(self) -> None:
         if self.interactive():
             self.session.cycle_candidate()
 
-    # --- previews -------------------------------------------------------------------------------
+    # --- prompts and previews -------------------------------------------------------------------
+
+    def add_point(self, x: float, y: float, positive: bool) -> None:
+        self.session.add_point(x, y, positive=positive)
+        self.draw_prompts()
+
+    def set_box(self, x0: float, y0: float, x1: float, y1: float) -> None:
+        self.session.set_box(x0, y0, x1, y1)
+        self.draw_prompts()
+
+    def draw_prompts(self, clear: bool = False) -> None:
+        """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
+        if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
+            return
+        layers.show_prompts(self.prompts, self.box, ObjectPrompts() if clear else self.session.prompts)
 
     @ensure_main_thread
     def _preview_ready(self, preview: Preview | None) -> None:
         """Show a preview if it is for the plane on screen and still the newest."""
-        if self.session is None or self.image is None or self.preview not in self.viewer.layers:
+        if self.session is None or self.preview is None or self.preview.layer not in self.viewer.layers:
             return
         if preview is not None:
             if not self.ready or preview.plane != self.session.plane:
                 return
             if preview.point is not None and not self.session.is_current(preview):
                 return
-        layers.show_preview(self.preview, None if preview is None else preview.mask)
+        if preview is None:
+            self.preview.show(None)
+        else:
+            self.preview.show(preview.mask, preview.hint)
         if preview is not None:
             self.preview_shown.emit(preview)
         stats = self.session.stats
