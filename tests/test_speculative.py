@@ -311,6 +311,7 @@ def test_latency_is_measured_from_the_event():
     assert delivery.latency_s >= 0.06
     snapshot = decoder.stats.snapshot()
     assert snapshot["latency_ms"]["p50"] >= 60 and snapshot["delivered"] == 1
+    assert 10 <= snapshot["run_ms"]["p50"] < snapshot["latency_ms"]["p50"] - 45  # the run alone: not the wait
 
 
 def test_overdue_policy_lets_a_short_running_job_finish_and_cancels_a_stuck_one():

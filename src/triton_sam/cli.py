@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.set_defaults(func=_cmd_bench_hover)
     bench_gui = kinds.add_parser("gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)")
     bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
-    bench_gui.add_argument("--duration", type=float, default=5.0, help="seconds of hovering")
+    bench_gui.add_argument("--duration", type=float, default=20.0, help="seconds of hovering (about one preview a second)")
     bench_gui.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_gui.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")

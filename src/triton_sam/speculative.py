@@ -87,12 +87,13 @@ class SchedulerStats:
     delivered: int = 0
     stale_dropped: int = 0  # finished but no longer the newest: not delivered
     latencies_s: list[float] = field(default_factory=list)
+    run_s: list[float] = field(default_factory=list)  # how long each executed job ran (the decode)
 
     def snapshot(self) -> dict:
-        """Counts and event-to-result latency percentiles in milliseconds."""
-        counts = {k: v for k, v in self.__dict__.items() if k != "latencies_s"}
-        latency = np.asarray(self.latencies_s) * 1000.0
-        return {**counts, "latency_ms": latency_percentiles(latency)}
+        """Counts, and event-to-result latency and run time percentiles in milliseconds."""
+        counts = {k: v for k, v in self.__dict__.items() if k not in ("latencies_s", "run_s")}
+        latency, run = np.asarray(self.latencies_s) * 1000.0, np.asarray(self.run_s) * 1000.0
+        return {**counts, "latency_ms": latency_percentiles(latency), "run_ms": latency_percentiles(run)}
 
 
 class SpeculativeDecoder:
@@ -321,7 +322,8 @@ class SpeculativeDecoder:
                 self.stats.failed += 1
             else:
                 self.stats.executed += 1
-                self._typical_run_s = _moving_average(self._typical_run_s, self._clock() - job.t_started)
+                self.stats.run_s.append(self._clock() - job.t_started)
+                self._typical_run_s = _moving_average(self._typical_run_s, self.stats.run_s[-1])
             hover_current = job.generation == self._generation and job.seq == self._latest_hover
             current = job.seq > self._last_delivered and (job.kind == PROMPT or hover_current)
             if error is None and not current:

@@ -84,3 +84,10 @@ def test_a_preview_writes_only_the_pixels_that_change_and_keeps_no_history_beyon
     assert not live.layer.data.any()
     live.layer.undo()
     assert not live.layer.data.any()  # nothing left to undo
+
+    half = np.zeros((300, 400), bool)
+    half[:, 200:] = True
+    live.show(half, moved)  # most of the plane changes: written whole
+    assert np.array_equal(live.layer.data == 1, half) and np.array_equal(live.layer.data == 2, moved)
+    live.show(mask)
+    assert np.array_equal(live.layer.data == 1, mask) and not (live.layer.data == 2).any()

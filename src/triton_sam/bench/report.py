@@ -232,6 +232,13 @@ def _ideal_ms(backend: dict) -> str:
     return f"{_ms(latency['p50'])} / {_ms(latency['p95'])}"
 
 
+def _decode_ms(scheduler: dict) -> str:
+    """The decodes' own time (runs from before it was recorded have none)."""
+    if "run_ms" not in scheduler:
+        return "-"
+    return f"{_ms(scheduler['run_ms']['p50'])} / {_ms(scheduler['run_ms']['p95'])}"
+
+
 def _gui(r: dict) -> str:
     if "skipped" in r or "failed" in r:
         return f"Not measured: {r.get('skipped') or r.get('stderr_tail')}\n"
@@ -246,6 +253,7 @@ def _gui(r: dict) -> str:
                     backend,
                     f"{_ms(e2e['median_ms'])} / {_ms(e2e['p95_ms'])} / {_ms(e2e['p99_ms'])}",
                     f"{goals[backend]:.0f} ({_verdict(e2e['p95_ms'], goals[backend])})",
+                    _decode_ms(h["scheduler"]),
                     str(e2e["n"]),
                     _ms(h["max_stall_ms"]),
                     _ms(r[backend]["encode"]["max_stall_ms"]),
@@ -257,6 +265,7 @@ def _gui(r: dict) -> str:
             "engine",
             "move to pixels p50 / p95 / p99 ms",
             "p95 goal ms",
+            "decode p50 / p95 ms (of those previews)",
             "previews",
             "max stall hovering ms",
             "max stall encoding ms",

@@ -33,7 +33,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "click": {"clicks": 20},
         "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
         "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
-        "gui": {"hover_s": 5.0},
+        "gui": {"hover_s": 20.0},
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},

@@ -21,6 +21,7 @@ HINT_COLOR = (0.0, 0.8, 1.0, 1.0)  # label 2: what a click at the cursor would a
 POSITIVE_COLOR = "#33e633"
 NEGATIVE_COLOR = "#ff3333"
 PREVIEW_HISTORY_BYTES = 32 * 2**20  # napari's undo history of the preview is let go beyond this
+FULL_WRITE_FRACTION = 1 / 16  # a preview changing more of the plane than this is written whole
 OBJECTS_SUFFIX = " [triton-sam objects]"
 IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
@@ -165,33 +166,68 @@ def objects_layer(viewer, image: Image) -> Labels:
 class LivePreview:
     """Writes previews into the preview layer: label 1 the object, label 2 the hint's extra pixels.
 
-    Only pixels that change are written (`Labels.data_setitem`), so napari recolours and uploads
-    just their bounding box instead of the whole plane. napari keeps an undo history of such writes;
-    a preview is not an annotation, so that history is let go (a layer made read-only forgets it)
-    once it holds about `PREVIEW_HISTORY_BYTES`.
+    Only the box around what was shown and what is shown now is looked at, and when few of its
+    pixels change only those are written (`Labels.data_setitem`), so napari recolours and uploads
+    just their bounding box instead of the whole plane (what matters on large planes). When many
+    change, one plain write and refresh is cheaper than napari's per-pixel path. napari keeps an
+    undo history of per-pixel writes; a preview is not an annotation, so that history is let go (a
+    layer made read-only forgets it) once it holds about `PREVIEW_HISTORY_BYTES`.
     """
 
     def __init__(self, layer: Labels) -> None:
         self.layer = layer
         self.layer.editable = False  # nobody paints on the preview
+        self._shown_box: tuple[int, int, int, int] | None = None  # rows r0:r1, columns c0:c1 with labels
         self._history_bytes = 0
 
     def show(self, mask: np.ndarray | None, hint: np.ndarray | None = None) -> None:
-        shown = np.asarray(self.layer.data)
-        new = np.zeros(shown.shape, np.uint8)
-        if hint is not None:
-            new[hint] = 2
-        if mask is not None:
-            new[mask] = 1
-        changed = np.nonzero(new != shown)
-        if not changed[0].size:
+        box = _union(_bounding_box(mask), _bounding_box(hint))
+        region = _union(self._shown_box, box)
+        self._shown_box = box
+        if region is None:
             return
-        self.layer.data_setitem(changed, new[changed])
-        self._history_bytes += changed[0].size * (2 * changed[0].itemsize + 2)  # indices, old and new values
-        if self._history_bytes > PREVIEW_HISTORY_BYTES:
-            self.layer.editable = True
-            self.layer.editable = False
-            self._history_bytes = 0
+        r0, r1, c0, c1 = region
+        labels = _crop_bytes(mask, region)
+        labels |= (_crop_bytes(hint, region) & ~labels & 1) << 1  # 2 where only the hint is
+        differs = labels != self.layer.data[r0:r1, c0:c1]
+        count = np.count_nonzero(differs)
+        if count > FULL_WRITE_FRACTION * self.layer.data.size:
+            self.layer.data[r0:r1, c0:c1] = labels
+            self.layer.refresh()
+            self._forget_history()  # its per-pixel steps no longer lead to what is shown
+        elif count:
+            rows, cols = np.nonzero(differs)
+            self.layer.data_setitem((rows + r0, cols + c0), labels[rows, cols])
+            self._history_bytes += count * (2 * rows.itemsize + 2)  # indices, old and new values
+            if self._history_bytes > PREVIEW_HISTORY_BYTES:
+                self._forget_history()
+
+    def _forget_history(self) -> None:
+        self.layer.editable = True
+        self.layer.editable = False
+        self._history_bytes = 0
+
+
+def _crop_bytes(mask: np.ndarray | None, region: tuple[int, int, int, int]) -> np.ndarray:
+    """`mask` (bool) inside `region` as 0/1 bytes (a copy), zeros for None."""
+    r0, r1, c0, c1 = region
+    if mask is None:
+        return np.zeros((r1 - r0, c1 - c0), np.uint8)
+    return mask[r0:r1, c0:c1].astype(np.uint8)
+
+
+def _bounding_box(mask: np.ndarray | None) -> tuple[int, int, int, int] | None:
+    """(r0, r1, c0, c1) around the set pixels of `mask`, or None."""
+    if mask is None:
+        return None
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if rows.size else None
+
+
+def _union(a: tuple[int, int, int, int] | None, b: tuple[int, int, int, int] | None) -> tuple[int, int, int, int] | None:
+    if a is None or b is None:
+        return a or b
+    return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
 def write_object(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int, provenance: dict) -> int:
