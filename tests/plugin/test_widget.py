@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -121,6 +122,8 @@ def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image
         expected, _, _ = predictor.predict(point_coords=[[x, y]], point_labels=[1], multimask_output=False)
     np.testing.assert_array_equal(preview.data.astype(bool), expected[0])
     assert not preview.data[80, 80]
+    assert re.search(r"preview in \d+ ms · \d+ of \d+ mouse moves previewed$", widget.status.text())  # plain words
+    np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)  # one fixed colour
 
     move(viewer, world(image, -40, 150))  # off the image: the preview goes
     qtbot.waitUntil(lambda: not preview.data.any(), timeout=5000)

@@ -1,0 +1,109 @@
+"""Large planes at native resolution: model-sized tiles with overlap, the tile that decodes a set
+of prompts, and masks placed back on the plane.
+
+Qt-free. A plane whose longer side is over `TILING_FACTOR` x the model's input is covered by tiles
+of the model's input size (1024 px for SAM2.1), neighbours sharing `TILE_OVERLAP` pixels, the last
+tile of a row or column flush with the plane's edge so that every tile is whole. All prompts of one
+object are decoded with one tile: of the tiles that hold every point and the whole box, the one
+whose nearest edge is farthest from them (the most context around the object). Prompts that no
+tile holds (an object wider than a tile less its overlap) are refused with a message that says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidInputError
+
+TILE_OVERLAP = 256  # pixels shared by neighbouring tiles: an object this wide on a border lies whole in one
+TILING_FACTOR = 2  # planes up to this many times the model's input are encoded whole, as before
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A window of the plane: rows y0:y1, columns x0:x1 (plane pixels)."""
+
+    y0: int
+    x0: int
+    y1: int
+    x1: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.y1 - self.y0, self.x1 - self.x0
+
+    @property
+    def window(self) -> tuple[slice, slice]:
+        """Index of the tile in a plane array: `plane[tile.window]`."""
+        return slice(self.y0, self.y1), slice(self.x0, self.x1)
+
+    def margin(self, xy: np.ndarray) -> float:
+        """Distance of the nearest of the points `xy` (N x 2, pixel centres at integers) to an
+        edge of the tile; negative when a point lies outside."""
+        x, y = xy[:, 0], xy[:, 1]
+        return float(np.min([x - (self.x0 - 0.5), (self.x1 - 0.5) - x, y - (self.y0 - 0.5), (self.y1 - 0.5) - y]))
+
+    def to_tile(self, xy: np.ndarray) -> np.ndarray:
+        """Plane (x, y) coordinates (any shape ending in 2) in tile coordinates."""
+        return np.asarray(xy, np.float64) - (self.x0, self.y0)
+
+
+def needs_tiling(shape: tuple[int, int], input_size: int) -> bool:
+    """Whether a plane of `shape` (H, W) is tiled rather than encoded whole."""
+    return max(shape) > TILING_FACTOR * input_size
+
+
+def _starts(length: int, size: int, overlap: int) -> list[int]:
+    if length <= size:
+        return [0]
+    starts = list(range(0, length - size, size - overlap))
+    return starts + [length - size]
+
+
+def tile_grid(shape: tuple[int, int], size: int, overlap: int = TILE_OVERLAP) -> list[Tile]:
+    """Tiles of `size` x `size` covering a plane of `shape` (H, W), row by row; a side shorter than
+    `size` gives tiles as long as that side."""
+    if not 0 <= overlap < size:
+        raise ValueError(f"overlap must be in [0, {size}), got {overlap}")
+    height, width = shape
+    return [
+        Tile(y0, x0, min(y0 + size, height), min(x0 + size, width))
+        for y0 in _starts(height, size, overlap)
+        for x0 in _starts(width, size, overlap)
+    ]
+
+
+def prompt_corners(point_coords: np.ndarray | None = None, box: np.ndarray | Sequence[float] | None = None) -> np.ndarray:
+    """The points that must lie in the tile: every point and both corners of the box, (x, y)."""
+    parts = [np.zeros((0, 2))]
+    if point_coords is not None:
+        parts.append(np.asarray(point_coords, np.float64).reshape(-1, 2))
+    if box is not None:
+        parts.append(np.asarray(box, np.float64).reshape(-1, 2))
+    return np.concatenate(parts)
+
+
+def tile_for_prompts(tiles: Sequence[Tile], corners: np.ndarray) -> Tile:
+    """The tile that holds all of `corners` (see `prompt_corners`) farthest from its edges."""
+    if not len(corners):
+        raise InvalidInputError("Give at least one point or a box.")
+    margins = [tile.margin(corners) for tile in tiles]
+    best = int(np.argmax(margins))
+    if margins[best] < 0:
+        (x0, y0), (x1, y1) = corners.min(axis=0), corners.max(axis=0)
+        tile_h, tile_w = tiles[0].shape
+        raise InvalidInputError(
+            f"The prompts span x {x0:.0f}-{x1:.0f}, y {y0:.0f}-{y1:.0f}: no {tile_w}x{tile_h} tile holds them all. "
+            "Segment the object in parts (prompts close together), or on a reduced copy of the plane."
+        )
+    return tiles[best]
+
+
+def place(masks: np.ndarray, tile: Tile, shape: tuple[int, int], fill: float = 0) -> np.ndarray:
+    """Masks (or logits) of a tile ([..., h, w]) on the whole plane ([..., H, W], `fill` outside)."""
+    plane = np.full(masks.shape[:-2] + tuple(shape), fill, masks.dtype)
+    plane[(..., *tile.window)] = masks
+    return plane

@@ -1,0 +1,54 @@
+"""Tile geometry: the grid, the tile that decodes a prompt set, masks placed back on the plane."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from triton_sam.errors import InvalidInputError
+from triton_sam.tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, tile_for_prompts, tile_grid
+
+
+@given(st.integers(1, 6000), st.integers(1, 6000))
+def test_the_grid_covers_the_plane_with_whole_tiles_that_overlap(height, width):
+    size = 1024
+    tiles = tile_grid((height, width), size)
+    covered = np.zeros((height, width), np.uint8)
+    for tile in tiles:
+        covered[tile.window] += 1
+        assert tile.shape == (min(size, height), min(size, width))  # whole tiles, flush with the edges
+    assert covered.min() >= 1
+    for axis, length in ((0, height), (1, width)):  # neighbours share at least the overlap
+        starts = sorted({(t.y0, t.x0)[axis] for t in tiles})
+        assert starts[0] == 0 and starts[-1] + min(size, length) == length
+        assert all(b - a <= size - TILE_OVERLAP for a, b in zip(starts, starts[1:]))
+
+
+def test_small_planes_are_one_tile_and_encoded_whole():
+    assert not needs_tiling((2048, 1500), 1024) and needs_tiling((2049, 100), 1024)
+    assert tile_grid((900, 700), 1024) == [Tile(0, 0, 900, 700)]
+
+
+def test_the_prompts_go_to_the_tile_that_holds_them_all_farthest_from_its_edges():
+    tiles = tile_grid((3000, 3000), 1024)
+    near_a_border = prompt_corners(np.array([[1000.0, 500.0]]))  # inside tiles starting at x 0 and 768
+    assert tile_for_prompts(tiles, near_a_border).x0 == 768  # 232 px from that tile's edge, 23 from the other's
+    with_box = prompt_corners(np.array([[1500.0, 1500.0]]), np.array([1300.0, 1300.0, 1700.0, 1750.0]))
+    chosen = tile_for_prompts(tiles, with_box)
+    assert chosen.margin(with_box) >= 0 and (chosen.x0 <= 1300 and chosen.x1 > 1700 and chosen.y0 <= 1300 and chosen.y1 > 1750)
+    with pytest.raises(InvalidInputError, match="no 1024x1024 tile holds them all"):
+        tile_for_prompts(tiles, prompt_corners(np.array([[100.0, 100.0], [2000.0, 100.0]])))
+    with pytest.raises(InvalidInputError, match="at least one point"):
+        tile_for_prompts(tiles, prompt_corners())
+
+
+def test_masks_and_logits_are_placed_at_the_tile_on_the_plane():
+    tile = Tile(10, 20, 14, 25)
+    masks = np.ones((3, 4, 5), bool)
+    plane = place(masks, tile, (30, 40))
+    assert plane.shape == (3, 30, 40) and plane.sum() == 3 * 20 and plane[:, 10:14, 20:25].all()
+    logits = place(np.zeros((4, 5), np.float32), tile, (30, 40), fill=-np.inf)
+    assert (logits[10:14, 20:25] == 0).all() and np.isneginf(logits[0, 0])
+    np.testing.assert_allclose(tile.to_tile([[25.0, 12.0]]), [[5.0, 2.0]])
