@@ -11,6 +11,8 @@ same reason SAM3 (a 450M-parameter ViT at 1008 px, ~40 s an encode here) sees on
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -73,7 +75,9 @@ def predictors(request, exported_repository):
 
     torch.set_grad_enabled(False)
     repository = exported_repository(request.param)
-    return _reference(request.param), Predictor(request.param, model_repository=repository)
+    with Predictor(request.param, model_repository=repository) as ours:
+        yield _reference(request.param), ours
+    gc.collect()  # the official model holds gigabytes (SAM3); let them go before the next model
 
 
 @pytest.fixture(scope="module", params=list(parity_images()))
