@@ -93,3 +93,17 @@ def test_a_uint16_plane_is_scaled_to_uint8_alike_in_every_tile(tiled, synthetic_
         predictor.set_image(plane[tile.window], contrast_limits=(1000, 60000))
         expected, _, _ = predictor.predict(point_coords=[[300 - tile.x0, 300 - tile.y0]], point_labels=[1])
     np.testing.assert_array_equal(masks, expected)
+
+
+def test_through_triton_the_server_encodes_the_tiles_and_the_masks_are_the_same(synthetic_server, synthetic_repository, plane):
+    with (
+        TiledPredictor(backend="triton", url=synthetic_server.grpc_url) as remote,
+        TiledPredictor(model_repository=synthetic_repository) as local,
+    ):
+        remote.set_image(plane)
+        local.set_image(plane)
+        got = remote.predict_in_tile(point_coords=[[896, 1400]], point_labels=[1])
+        expected = local.predict_in_tile(point_coords=[[896, 1400]], point_labels=[1])
+    assert got[3] == expected[3] and remote.engine.describe().startswith("Triton")
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], atol=1e-5)
