@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -14,7 +15,40 @@ from .registry import DEFAULT_MODEL, get_model
 LOW_RES_CLAMP = 32.0
 
 
-class Predictor:
+def decode_masks(
+    engine: Engine,
+    features: ImageFeatures,
+    request,
+    image_hw: tuple[int, int],
+    multimask_output: bool,
+    return_logits: bool,
+    mask_threshold: float,
+    cancel: CancelToken | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decode `request`: masks (or logits) at `image_hw`, scores, low-res logits clamped as the
+    official predictor returns them; all with the batch axis."""
+    result = engine.decode(features, request, multimask_output, cancel)
+    resize = engine.resizer.logits if return_logits else engine.resizer.masks
+    masks = resize(result.low_res_logits, image_hw, mask_threshold)
+    return masks, result.scores, np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
+
+
+class EngineOwner:
+    """Closing it (or leaving its `with` block) closes its engine."""
+
+    engine: Engine
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Predictor(EngineOwner):
     """Set an image once, then predict masks from point, box and mask prompts.
 
     Mirrors `sam2.sam2_image_predictor.SAM2ImagePredictor`: coordinates are (x, y) in original
@@ -81,23 +115,13 @@ class Predictor:
             mask_input=mask_input,
             normalize_coords=normalize_coords,
         )
-        result = self.engine.decode(self._features, request, multimask_output, cancel)
-        resize = self.engine.resizer.logits if return_logits else self.engine.resizer.masks
-        masks = resize(result.low_res_logits, self._orig_hw, self.mask_threshold)
-        low_res = np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
+        masks, scores, low_res = decode_masks(
+            self.engine, self._features, request, self._orig_hw, multimask_output, return_logits, self.mask_threshold, cancel
+        )
         if request.batch_size == 1:
-            return masks[0], result.scores[0], low_res[0]
-        return masks, result.scores, low_res
+            return masks[0], scores[0], low_res[0]
+        return masks, scores, low_res
 
     def _require_image(self) -> None:
         if self._features is None:
             raise RuntimeError("An image must be set with .set_image(...) before mask prediction.")
-
-    def close(self) -> None:
-        self.engine.close()
-
-    def __enter__(self) -> Predictor:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -11,7 +11,7 @@ import numpy as np
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
 from .features import FeatureCache
 from .image import ContrastLimits, encoder_input
-from .predictor import LOW_RES_CLAMP
+from .predictor import EngineOwner, decode_masks
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
 from .tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, tile_for_prompts, tile_grid
@@ -19,7 +19,7 @@ from .tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, tile
 LIMITS_SAMPLE_SIDE = 2048  # contrast limits of a non-uint8 plane come from at most ~this^2 pixels
 
 
-class TiledPredictor:
+class TiledPredictor(EngineOwner):
     """Predict masks on a large plane from tiles of the model's input size at native resolution.
 
     `set_image` takes any array that slices (numpy, dask, zarr) and encodes nothing; a tile is
@@ -103,11 +103,11 @@ class TiledPredictor:
             point_labels=point_labels,
             box=None if box is None else tile.to_tile(np.asarray(box, np.float64).reshape(2, 2)).reshape(4),
         )
-        result = self.engine.decode(self.tile_features(tile), request, multimask_output, cancel)
-        resize = self.engine.resizer.logits if return_logits else self.engine.resizer.masks
-        masks = resize(result.low_res_logits, tile.shape, self.mask_threshold)
-        low_res = np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
-        return masks[0], result.scores[0], low_res[0], tile
+        features = self.tile_features(tile)
+        masks, scores, low_res = decode_masks(
+            self.engine, features, request, tile.shape, multimask_output, return_logits, self.mask_threshold, cancel
+        )
+        return masks[0], scores[0], low_res[0], tile
 
     def predict(
         self,
@@ -127,15 +127,6 @@ class TiledPredictor:
     def _require_image(self) -> None:
         if self._plane is None:
             raise RuntimeError("A plane must be set with .set_image(...) before mask prediction.")
-
-    def close(self) -> None:
-        self.engine.close()
-
-    def __enter__(self) -> TiledPredictor:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def sampled_limits(image) -> tuple[float, float]:
