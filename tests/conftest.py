@@ -49,7 +49,7 @@ def exported_repository(tmp_path_factory):
             require_export_extra()
             repository = tmp_path_factory.mktemp(f"{model_id}_repo")
             # As a user exports, and in a process of its own: tracing a model takes gigabytes that
-            # the test process would otherwise keep (the suite's peak went from ~21 to ~N GB).
+            # the test process would otherwise keep (the suite's peak went from ~21 to ~19.5 GB).
             command = ["export", model_id, "--random-init", "--seed", str(PARITY_SEED), "--output", str(repository)]
             done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
             if done.returncode:

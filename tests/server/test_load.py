@@ -46,6 +46,7 @@ def _threads() -> set[threading.Thread]:
 
 def test_sixteen_sessions_hover_for_a_minute_without_errors_or_leaks(evicting_server):
     me, server_process = psutil.Process(), psutil.Process(evicting_server.pid)
+    assert not any(evicting_server.session_requests(TINY.session_name).values())  # metrics answer before the load
     threads_before = _threads()
     connections_before = len(me.net_connections(kind="tcp"))
     errors: list[Exception] = []

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import venv
 from collections.abc import Collection
@@ -179,8 +180,13 @@ class LocalTritonServer:
     def session_requests(self, model_name: str) -> dict[str, int]:
         """What the session model `model_name` did with its requests so far, by outcome."""
         url = f"http://{self.host}:{self.ports['metrics']}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return session_request_counts(response.read().decode(), model_name)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return session_request_counts(response.read().decode(), model_name)
+        except urllib.error.URLError as error:
+            state = "is running" if self.is_running() else f"exited with code {self._process and self._process.returncode}"
+            message = f"Triton's metrics at {url} did not answer ({error.reason}); the server {state}."
+            raise ServerUnavailableError(f"{message}\n{self.log_tail()}") from None
 
     @property
     def pid(self) -> int | None:
