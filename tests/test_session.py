@@ -223,3 +223,84 @@ def test_closing_a_session_closes_its_engine_unless_the_engine_was_lent(syntheti
     session.hover(300, 150)
     session.close()
     assert closed == ([engine] if owns_engine else []) and session.idle
+
+
+# --- large planes: tiles at native resolution -------------------------------------------------
+
+BIG_H, BIG_W = 2600, 3000  # tiled (over 2 x 1024 px): 4 x 4 tiles
+BIG_DISKS = [(300, 300, 60), (1400, 896, 70), (2900, 2500, 40)]  # the second lies in an overlap
+BIG = disk_image(BIG_H, BIG_W, BIG_DISKS)
+
+
+def _on_plane(mask: np.ndarray, offset: tuple[int, int]) -> np.ndarray:
+    plane = np.zeros((BIG_H, BIG_W), bool)
+    plane[offset[0] : offset[0] + mask.shape[0], offset[1] : offset[1] + mask.shape[1]] = mask
+    return plane
+
+
+def _disk(x: int, y: int, r: int) -> np.ndarray:
+    yy, xx = np.mgrid[:BIG_H, :BIG_W]
+    return (xx - x) ** 2 + (yy - y) ** 2 <= r**2
+
+
+@pytest.fixture
+def big_session(session):
+    session.set_plane(("big", 0), BIG)
+    return session
+
+
+def test_a_large_plane_is_encoded_tile_by_tile_on_request_and_hover_waits_for_its_tile(big_session, synthetic_repository):
+    session = big_session
+    assert len(session.tiles) == 16 and not any(session.encoded(t) for t in session.tiles)
+    assert session.hover(1400, 896) is None  # its tile is not encoded: no preview, no decode
+    time.sleep(0.2)
+    assert not any(session.previews.items) and session.stats.sent == 0
+
+    tile = next(t for t in session.tiles if t.x0 == 768 and t.y0 == 768)  # the tile that holds the disk best
+    progress = []
+    assert session.encode_tiles([tile], on_progress=lambda done, total: progress.append((done, total))) == 1
+    assert progress == [(1, 1)] and session.encoded(tile) and session.encode_tiles([tile]) == 0
+    session.previews.wait_for(lambda p: p is not None and p.point == (1400, 896))  # the resting cursor's, unasked
+    session.hover(1404, 899)
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (1404, 899))
+    assert preview.offset == (768, 768) and preview.mask.shape == (1024, 1024)
+    with Predictor(model_repository=synthetic_repository) as predictor:  # that tile, as an image of its own
+        predictor.set_image(BIG[tile.window])
+        expected, _, _ = predictor.predict(point_coords=[[1404 - 768, 899 - 768]], point_labels=[1], multimask_output=False)
+    np.testing.assert_array_equal(preview.mask, expected[0])
+    placed, disk = _on_plane(preview.mask, preview.offset), _disk(1400, 896, 70)
+    assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.001
+
+
+def test_a_click_on_a_large_plane_encodes_its_tile_and_commit_places_the_object(big_session):
+    session = big_session
+    session.add_point(2900, 2500)
+    committed = session.commit()
+    assert committed is not None and committed.offset == (1576, 1976) and committed.mask.shape == (1024, 1024)
+    placed, disk = _on_plane(committed.mask, committed.offset), _disk(2900, 2500, 40)
+    assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.001
+    assert committed.provenance["tile"] == [1576, 1976, 2600, 3000] and committed.provenance["points"] == [[2900.0, 2500.0]]
+    assert sum(session.encoded(t) for t in session.tiles) == 1
+
+
+def test_prompts_no_tile_holds_are_refused_and_change_nothing(big_session):
+    from triton_sam.errors import InvalidInputError
+
+    session = big_session
+    session.add_point(300, 300)
+    with pytest.raises(InvalidInputError, match="no 1024x1024 tile holds them all"):
+        session.add_point(2900, 2500)
+    with pytest.raises(InvalidInputError):
+        session.set_box(100, 100, 1500, 400)
+    assert session.prompts.points == [(300.0, 300.0)] and session.prompts.box is None
+    committed = session.commit()
+    assert committed is not None and committed.offset == (0, 0)
+
+
+def test_encoding_tiles_stops_when_asked_or_when_the_plane_changes(big_session):
+    session = big_session
+    asked = []
+    done = session.encode_tiles(session.tiles, should_stop=lambda: len(asked) >= 2, on_progress=lambda d, t: asked.append(d))
+    assert done == 2 and asked == [1, 2]
+    session.set_plane(("img", 0), IMAGE)  # a small plane: one tile, encoded by set_plane, as before
+    assert len(session.tiles) == 1 and session.tiles[0].shape == (H, W) and session.encoded(session.tiles[0])

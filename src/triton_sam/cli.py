@@ -124,6 +124,20 @@ def _cmd_bench_gui(args) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _cmd_bench_large(args) -> None:
+    from .bench import large
+
+    result = large.run(
+        args.model,
+        planes=tuple(args.planes),
+        backends=tuple(args.backends),
+        hover_s=args.duration,
+        seed=args.seed,
+        workdir=args.workdir,
+    )
+    print(json.dumps(result, indent=2))
+
+
 def _cmd_bench(args) -> None:
     from .bench import predictor
 
@@ -352,6 +366,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
     bench_gui.set_defaults(func=_cmd_bench_gui)
+    bench_large = kinds.add_parser(
+        "large", help="napari on a 20000x20000 uint16 plane: first preview, view encoded, stalls, memory (needs a display; JSON)"
+    )
+    bench_large.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_large.add_argument("--planes", nargs="+", default=["multiscale", "numpy"], choices=["multiscale", "numpy"])
+    bench_large.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    bench_large.add_argument("--duration", type=float, default=10.0, help="seconds of hovering over the view")
+    bench_large.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
+    bench_large.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
+    bench_large.set_defaults(func=_cmd_bench_large)
     bench_click = kinds.add_parser("click", help="click to committed mask vs the official predict (JSON)")
     bench_click.add_argument("--clicks", type=int, default=None, help="clicks (default 20)")
     bench_click.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official predictor runs")

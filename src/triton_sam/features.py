@@ -61,9 +61,22 @@ class FeatureCache:
         with self._lock:
             return key in self._items
 
-    def features(self, model_input: np.ndarray) -> ImageFeatures:
-        """Features of `model_input`, encoding it only if no one has yet."""
-        key = content_signature(model_input, self.engine.spec.model_id)
+    def signature(self, model_input: np.ndarray) -> str:
+        """The key `model_input`'s features are cached under."""
+        return content_signature(model_input, self.engine.spec.model_id)
+
+    def get(self, key: str) -> ImageFeatures | None:
+        """Features cached in memory under `key` (see `signature`), or None; encodes nothing."""
+        with self._lock:
+            features = self._items.get(key)
+            if features is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+            return features
+
+    def features(self, model_input: np.ndarray, key: str | None = None) -> ImageFeatures:
+        """Features of `model_input` (whose `signature` is `key`, if known), encoding it only if no one has yet."""
+        key = key or self.signature(model_input)
         while True:
             with self._lock:
                 if key in self._items:

@@ -12,36 +12,50 @@ on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor move
   low-res logits; 3 candidates, best score first, `cycle_candidate` goes through them.
 - `undo`, `discard`, `commit` (full-resolution mask plus a new object id). Each plane of a stack
   has its own embedding (cached by content) and its own object in progress.
+- Large planes (see `tiles`) are covered by tiles at native resolution, encoded on request
+  (`encode_tiles`, the tiles in view first) rather than by `set_plane`; each decode uses the tile
+  that holds its prompts best, and masks come as that tile's crop with its `offset` on the plane.
+  The cursor over a tile not encoded yet gets no preview; a click there encodes its tile.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures
+from .errors import InvalidInputError
 from .features import FeatureCache
 from .image import ContrastLimits, encoder_input
 from .prompts import model_request
 from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
+from .tiled_predictor import sampled_limits
+from .tiles import Tile, needs_tiling, prompt_corners, tile_for_prompts, tile_grid
+
+Offset = tuple[int, int]  # (row, column) of a mask crop's first pixel on its plane
 
 
 @dataclass(frozen=True)
 class Preview:
-    """Masks to show, full size of the plane they belong to: `mask` is what `commit` would store."""
+    """Masks to show on the plane they belong to: `mask` is what `commit` would store.
+
+    Masks are crops placed at their offsets: the whole plane at (0, 0) unless the plane is tiled.
+    """
 
     plane: Hashable
-    mask: np.ndarray  # bool [H, W]
+    mask: np.ndarray  # bool [h, w] at `offset`
     score: float
-    hint: np.ndarray | None = None  # bool [H, W], with prompts: the object with a point at `point` too
+    hint: np.ndarray | None = None  # bool, at `hint_offset`; with prompts: the object with a point at `point` too
     point: tuple[float, float] | None = None  # the hover point, None for a prompt result
     candidate: int | None = None  # which multimask candidate (prompt results)
     seq: int = 0  # the scheduler's sequence number, for a last `is_current` check
     t_event: float = 0.0  # when the event it answers happened (time.perf_counter)
+    offset: Offset = (0, 0)
+    hint_offset: Offset = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -49,9 +63,10 @@ class Committed:
     """A finished object: its mask on its plane, the id it was given, and how it was made."""
 
     plane: Hashable
-    mask: np.ndarray  # bool [H, W]
+    mask: np.ndarray  # bool [h, w] at `offset` (the whole plane unless it is tiled)
     object_id: int
     provenance: dict = field(default_factory=dict)  # see `InteractiveSession.provenance`
+    offset: Offset = (0, 0)
 
 
 @dataclass
@@ -65,7 +80,8 @@ class ObjectPrompts:
     version: int = 0  # bumped on every change; a decode stores results only for its version
     low_res: np.ndarray | None = None  # float32 [C, 256, 256] candidates of the last decode
     scores: np.ndarray | None = None  # [C]
-    mask: np.ndarray | None = None  # bool [H, W], the chosen candidate at full size: what commit stores
+    mask: np.ndarray | None = None  # bool, the chosen candidate at full size (its tile's): what commit stores
+    tile: Tile | None = None  # the tile `low_res` and `mask` belong to
     chosen: int = 0
     decoded_version: int = -1
     pending: int = 0  # prompt decodes submitted and not finished
@@ -86,8 +102,16 @@ class ObjectPrompts:
 @dataclass
 class _Plane:
     key: Hashable
-    features: ImageFeatures
     size: tuple[int, int]  # (H, W)
+    tiles: list[Tile]  # one, the whole plane, unless it is tiled
+    features: dict[Tile, ImageFeatures] = field(default_factory=dict)  # the whole plane's, held while shown
+    image: object = None  # a tiled plane (any array that slices), to encode its tiles from
+    contrast: ContrastLimits | None = None
+    signatures: dict[Tile, str] = field(default_factory=dict)  # tiles encoded: the cache holds them, bounded
+
+    @property
+    def tiled(self) -> bool:
+        return self.image is not None
 
 
 class InteractiveSession:
@@ -121,6 +145,7 @@ class InteractiveSession:
         self._plane: _Plane | None = None
         self._objects: dict[Hashable, ObjectPrompts] = {}
         self._last_hover: tuple[float, float] | None = None
+        self._waiting_hover: tuple[float, float] | None = None  # the cursor rests on a tile not encoded yet
         self._hover_preview: Preview | None = None
         self._decoder = SpeculativeDecoder(
             self._deliver,
@@ -133,17 +158,81 @@ class InteractiveSession:
     # --- planes -------------------------------------------------------------------------------
 
     def prefetch(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
-        """Encode a plane into the cache without showing it (neighbouring planes)."""
-        self.cache.features(encoder_input(image, self.spec, contrast_limits))
+        """Encode a plane into the cache without showing it (neighbouring planes; not tiled ones)."""
+        if not self.is_tiled(image.shape[:2]):
+            self.cache.features(encoder_input(np.asarray(image), self.spec, contrast_limits))
 
-    def set_plane(self, key: Hashable, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
-        """Show plane `key` (blocks while it is encoded; call it off the GUI thread)."""
-        features = self.cache.features(encoder_input(image, self.spec, contrast_limits))
+    def is_tiled(self, shape: tuple[int, int]) -> bool:
+        """Whether a plane of `shape` (H, W) is covered by tiles rather than encoded whole."""
+        return needs_tiling(tuple(shape[:2]), self.spec.input_size)
+
+    def set_plane(self, key: Hashable, image, contrast_limits: ContrastLimits | None = None) -> None:
+        """Show plane `key`. A plane that is not tiled is encoded now (blocks: call it off the GUI
+        thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile."""
+        size = tuple(image.shape[:2])
+        if not self.is_tiled(size):
+            whole = Tile(0, 0, *size)
+            features = self.cache.features(encoder_input(np.asarray(image), self.spec, contrast_limits))
+            plane = _Plane(key, size, [whole], {whole: features})
+        else:
+            if contrast_limits is None and np.dtype(image.dtype) not in (np.uint8, np.bool_):
+                contrast_limits = sampled_limits(image)  # the same for every tile
+            plane = _Plane(key, size, tile_grid(size, self.spec.input_size), image=image, contrast=contrast_limits)
         with self._lock:
-            self._plane = _Plane(key, features, tuple(image.shape[:2]))
+            self._plane = plane
             self._last_hover = None
             self._hover_preview = None
             self._decoder.clear()
+
+    @property
+    def tiles(self) -> list[Tile]:
+        """The tiles of the plane shown (one, the whole plane, unless it is tiled)."""
+        with self._lock:
+            return list(self._plane.tiles) if self._plane else []
+
+    def encoded(self, tile: Tile) -> bool:
+        """Whether `tile` of the plane shown is encoded (and its features still cached)."""
+        with self._lock:
+            return self._plane is not None and self._encoded(self._plane, tile)
+
+    def _encoded(self, plane: _Plane, tile: Tile) -> bool:
+        return tile in plane.features or (tile in plane.signatures and plane.signatures[tile] in self.cache)
+
+    def encode_tiles(
+        self,
+        tiles: Sequence[Tile],
+        on_progress: Callable[[int, int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Encode `tiles` of the plane shown, in order (blocks: off the GUI thread), skipping those
+        done; stops early when the plane changes or `should_stop()` says so (the view moved).
+        `on_progress(done, total)` after each. Returns how many were encoded now."""
+        with self._lock:
+            plane = self._plane
+        encoded = 0
+        for done, tile in enumerate(tiles, 1):
+            if self._plane is not plane or (should_stop is not None and should_stop()):
+                break
+            if not self._encoded(plane, tile):
+                self._tile_features(plane, tile)
+                encoded += 1
+                self._hover_again_if_waiting(plane, tile)
+            if on_progress is not None:
+                on_progress(done, len(tiles))
+        return encoded
+
+    def _tile_features(self, plane: _Plane, tile: Tile) -> ImageFeatures:
+        """A tile's features: the whole plane's, or a tile's from the cache, encoded now if evicted or new."""
+        features = plane.features.get(tile)
+        if features is None and tile in plane.signatures:
+            features = self.cache.get(plane.signatures[tile])
+        if features is None:
+            model_input = encoder_input(np.asarray(plane.image[tile.window]), self.spec, plane.contrast)
+            key = self.cache.signature(model_input)
+            features = self.cache.features(model_input, key)
+            with self._lock:
+                plane.signatures[tile] = key
+        return features
 
     @property
     def plane(self) -> Hashable | None:
@@ -190,20 +279,35 @@ class InteractiveSession:
                 self._submit_prompt(None)  # the last prompt's decode failed (a server away?): again
             kwargs = obj.request_kwargs(extra_point=(x, y))
             with_prompts = not obj.empty
+            tile = self._tile_for(plane, kwargs, encoded_only=True)
+            unavailable = tile is None  # no tile holds it, or none that does is encoded yet
+            self._waiting_hover = (x, y) if unavailable else None
+            if unavailable:
+                self._last_hover = None  # the next move decodes, if its tile is ready by then
+                self._decoder.count_skipped_event()
+        if unavailable:
+            if not with_prompts:
+                self._clear_hover()  # no object under the cursor to show here yet
+            return None
 
         def run(token: CancelToken) -> Preview | None:
-            masks, scores = self._decode(plane, kwargs, False, token)
+            masks, scores = self._decode(plane, tile, kwargs, False, token)
             if not with_prompts:
-                return Preview(plane.key, masks[0], float(scores[0]), point=(x, y))
+                return Preview(plane.key, masks[0], float(scores[0]), point=(x, y), offset=tile.offset)
             with self._lock:
                 if self._objects.get(plane.key) is not obj:
                     return None  # committed or discarded meanwhile
-                return replace(self._object_preview(plane, obj), hint=masks[0], point=(x, y))
+                return replace(self._object_preview(plane, obj), hint=masks[0], point=(x, y), hint_offset=tile.offset)
 
         return self._decoder.hover(run, t_event)
 
     def leave(self) -> None:
         """The cursor left the image: stop hover work and show nothing."""
+        with self._lock:
+            self._waiting_hover = None
+        self._clear_hover()
+
+    def _clear_hover(self) -> None:
         with self._lock:
             self._last_hover = None
             self._hover_preview = None
@@ -218,6 +322,7 @@ class InteractiveSession:
             if self._plane is None:
                 return None
             obj = self.object
+            self._check_fits(obj.points + [(x, y)], obj.box)
             obj.points.append((float(x), float(y)))
             obj.labels.append(1 if positive else 0)
             obj.order.append("point")
@@ -229,9 +334,11 @@ class InteractiveSession:
             if self._plane is None:
                 return None
             obj = self.object
+            box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+            self._check_fits(obj.points, box)
             if obj.box is not None:
                 obj.order.remove("box")
-            obj.box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+            obj.box = box
             obj.order.append("box")
             return self._submit_prompt(t_event)
 
@@ -262,7 +369,7 @@ class InteractiveSession:
             obj, plane = self.object, self._plane
             if obj.low_res is None or plane is None:
                 return None
-            self._choose(plane, obj, (obj.chosen + 1) % len(obj.low_res))
+            self._choose(obj, (obj.chosen + 1) % len(obj.low_res))
             preview = self._object_preview(plane, obj)
         self._on_preview(preview)
         return preview
@@ -287,16 +394,18 @@ class InteractiveSession:
                 return None
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
             if not obj.empty and obj.mask is not None and obj.decoded_version == obj.version:
-                mask = obj.mask
+                mask, offset = obj.mask, obj.tile.offset
                 made_by = self.provenance(obj, candidate=obj.chosen)
             elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
-                mask = self._hover_preview.mask
+                mask, offset = self._hover_preview.mask, self._hover_preview.offset
                 made_by = self.provenance(ObjectPrompts(points=[self._hover_preview.point], labels=[1]), candidate=None)
             else:
                 return None
             if not mask.any():
                 return None
-            committed = Committed(plane.key, mask, self.next_object_id, made_by)
+            if plane.tiled:
+                made_by["tile"] = [offset[0], offset[1], offset[0] + mask.shape[0], offset[1] + mask.shape[1]]
+            committed = Committed(plane.key, mask, self.next_object_id, made_by, offset)
             self.next_object_id += 1
             self._objects.pop(plane.key, None)
             self._hover_preview = None
@@ -332,7 +441,8 @@ class InteractiveSession:
 
     def provenance(self, obj: ObjectPrompts, candidate: int | None) -> dict:
         """What reproduces an object: its prompts in image pixels (x, y), the candidate chosen
-        (None: the single mask SAM picks), the model and its weights, the mask threshold."""
+        (None: the single mask SAM picks), the model and its weights, the mask threshold; on a
+        tiled plane `commit` adds the tile decoded (rows y0, columns x0, y1, x1)."""
         return {
             "points": [list(p) for p in obj.points],
             "labels": list(obj.labels),
@@ -350,18 +460,19 @@ class InteractiveSession:
         plane, obj = self._plane, self.object
         obj.version += 1
         version = obj.version
-        refine = obj.low_res[obj.chosen][None] if obj.low_res is not None and obj.decoded_version == version - 1 else None
-        kwargs = {**obj.request_kwargs(), "mask_input": refine}
+        tile = self._tile_for(plane, obj.request_kwargs())
+        chained = obj.low_res is not None and obj.decoded_version == version - 1 and obj.tile == tile
+        kwargs = {**obj.request_kwargs(), "mask_input": obj.low_res[obj.chosen][None] if chained else None}
         obj.pending += 1
 
         def run(token: CancelToken) -> Preview:
             try:
-                low_res, scores = self._decode_low_res(plane, kwargs, True, token)
+                low_res, scores = self._decode_low_res(plane, tile, kwargs, True, token)
                 with self._lock:
                     if obj.version != version:  # a newer prompt will store its own result
                         return self._object_preview(plane, obj) if obj.mask is not None else None
-                    obj.low_res, obj.scores = low_res, scores
-                    self._choose(plane, obj, int(np.argmax(scores)))
+                    obj.low_res, obj.scores, obj.tile = low_res, scores, tile
+                    self._choose(obj, int(np.argmax(scores)))
                     obj.decoded_version = version
                     return self._object_preview(plane, obj)
             finally:
@@ -371,29 +482,58 @@ class InteractiveSession:
 
         return self._decoder.prompt(run, t_event)
 
-    def _choose(self, plane: _Plane, obj: ObjectPrompts, candidate: int) -> None:
+    def _choose(self, obj: ObjectPrompts, candidate: int) -> None:
         """Make `candidate` the object's mask (call with the lock held)."""
         obj.chosen = candidate
-        obj.mask = self._image_masks(obj.low_res[candidate][None], plane)[0]
+        obj.mask = self._image_masks(obj.low_res[candidate][None], obj.tile)[0]
 
     def _object_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
         """The object as its prompts make it (empty while its first decode runs; lock held)."""
         if obj.mask is None:
-            return Preview(plane.key, np.zeros(plane.size, bool), 0.0)
-        return Preview(plane.key, obj.mask, float(obj.scores[obj.chosen]), candidate=obj.chosen)
+            return Preview(plane.key, np.zeros(plane.tiles[0].shape, bool), 0.0)
+        return Preview(plane.key, obj.mask, float(obj.scores[obj.chosen]), candidate=obj.chosen, offset=obj.tile.offset)
 
-    def _decode_low_res(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
-        request = model_request(self.spec, plane.size, **kwargs)
-        result = self.engine.decode(plane.features, request, multimask, token)
+    def _tile_for(self, plane: _Plane, kwargs: dict, encoded_only: bool = False) -> Tile | None:
+        """The tile that decodes these prompts (`encoded_only`: the best of those encoded, for a
+        preview that need not wait); None when no such tile holds them all."""
+        if not plane.tiled:
+            return plane.tiles[0]
+        corners = prompt_corners(kwargs.get("point_coords"), kwargs.get("box"))
+        try:
+            best = tile_for_prompts(plane.tiles, corners)
+            if not encoded_only or self._encoded(plane, best):
+                return best
+            encoded = [t for t in plane.tiles if t in plane.signatures and self._encoded(plane, t)]
+            return tile_for_prompts(encoded, corners) if encoded else None
+        except InvalidInputError:
+            return None
+
+    def _hover_again_if_waiting(self, plane: _Plane, tile: Tile) -> None:
+        """A tile was encoded: if the cursor rests on it waiting for a preview, ask again."""
+        with self._lock:
+            waiting = self._waiting_hover
+            if waiting is None or self._plane is not plane or tile.margin(np.array([waiting])) < 0:
+                return
+        self.hover(*waiting)
+
+    def _check_fits(self, points: list[tuple[float, float]], box: tuple[float, float, float, float] | None) -> None:
+        """Refuse (InvalidInputError, nothing changed) prompts that no tile of a tiled plane holds."""
+        if self._plane is not None and self._plane.tiled:
+            tile_for_prompts(self._plane.tiles, prompt_corners(np.array(points, np.float64).reshape(-1, 2), box))
+
+    def _decode_low_res(self, plane: _Plane, tile: Tile, kwargs: dict, multimask: bool, token: CancelToken):
+        features = self._tile_features(plane, tile)
+        request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile))
+        result = self.engine.decode(features, request, multimask, token)
         return result.low_res_logits[0], result.scores[0]
 
-    def _decode(self, plane: _Plane, kwargs: dict, multimask: bool, token: CancelToken):
-        low_res, scores = self._decode_low_res(plane, kwargs, multimask, token)
-        return self._image_masks(low_res, plane), scores
+    def _decode(self, plane: _Plane, tile: Tile, kwargs: dict, multimask: bool, token: CancelToken):
+        low_res, scores = self._decode_low_res(plane, tile, kwargs, multimask, token)
+        return self._image_masks(low_res, tile), scores
 
-    def _image_masks(self, low_res: np.ndarray, plane: _Plane) -> np.ndarray:
-        """Binary masks at the plane's size from low-res logits [..., h, w]."""
-        return self.engine.resizer.masks(low_res, plane.size, self.mask_threshold)
+    def _image_masks(self, low_res: np.ndarray, tile: Tile) -> np.ndarray:
+        """Binary masks at the tile's size (the plane's, unless tiled) from low-res logits [..., h, w]."""
+        return self.engine.resizer.masks(low_res, tile.shape, self.mask_threshold)
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value
@@ -412,3 +552,15 @@ class InteractiveSession:
         self._decoder.close()
         if self.owns_engine:
             self.engine.close()
+
+
+def _in_tile(kwargs: dict, tile: Tile) -> dict:
+    """Prompts in plane pixels moved to `tile`'s pixels."""
+    if tile.offset == (0, 0):
+        return kwargs
+    moved = dict(kwargs)
+    if kwargs.get("point_coords") is not None:
+        moved["point_coords"] = tile.to_tile(kwargs["point_coords"])
+    if kwargs.get("box") is not None:
+        moved["box"] = tile.to_tile(np.reshape(kwargs["box"], (2, 2))).reshape(4)
+    return moved

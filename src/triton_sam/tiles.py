@@ -11,6 +11,7 @@ tile holds (an object wider than a tile less its overlap) are refused with a mes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,11 @@ class Tile:
     @property
     def shape(self) -> tuple[int, int]:
         return self.y1 - self.y0, self.x1 - self.x0
+
+    @property
+    def offset(self) -> tuple[int, int]:
+        """(row, column) of the tile's first pixel on the plane."""
+        return self.y0, self.x0
 
     @property
     def window(self) -> tuple[slice, slice]:
@@ -90,7 +96,10 @@ def tile_for_prompts(tiles: Sequence[Tile], corners: np.ndarray) -> Tile:
     """The tile that holds all of `corners` (see `prompt_corners`) farthest from its edges."""
     if not len(corners):
         raise InvalidInputError("Give at least one point or a box.")
-    margins = [tile.margin(corners) for tile in tiles]
+    bounds = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], np.float64)[:, :, None] - 0.5  # pixel edges
+    x, y = corners[:, 0], corners[:, 1]
+    edge_distances = [x - bounds[:, 0], bounds[:, 2] - x, y - bounds[:, 1], bounds[:, 3] - y]  # each tiles x corners
+    margins = np.min(np.min(edge_distances, axis=0), axis=1)  # Tile.margin of every tile at once
     best = int(np.argmax(margins))
     if margins[best] < 0:
         (x0, y0), (x1, y1) = corners.min(axis=0), corners.max(axis=0)
@@ -107,3 +116,19 @@ def place(masks: np.ndarray, tile: Tile, shape: tuple[int, int], fill: float = 0
     plane = np.full(masks.shape[:-2] + tuple(shape), fill, masks.dtype)
     plane[(..., *tile.window)] = masks
     return plane
+
+
+def view_order(tiles: Sequence[Tile], view: Tile, around: int) -> tuple[list[Tile], list[Tile]]:
+    """The tiles that meet `view` and, apart, those that come within `around` pixels of it (its
+    neighbours), each nearest to the view's centre first: the order to encode them in."""
+    cy, cx = (view.y0 + view.y1) / 2, (view.x0 + view.x1) / 2
+
+    def meets(tile: Tile, pad: int) -> bool:
+        return tile.x0 < view.x1 + pad and tile.x1 > view.x0 - pad and tile.y0 < view.y1 + pad and tile.y1 > view.y0 - pad
+
+    def distance(tile: Tile) -> float:
+        return math.hypot((tile.y0 + tile.y1) / 2 - cy, (tile.x0 + tile.x1) / 2 - cx)
+
+    inside = sorted((t for t in tiles if meets(t, 0)), key=distance)
+    near = sorted((t for t in tiles if meets(t, around) and not meets(t, 0)), key=distance)
+    return inside, near

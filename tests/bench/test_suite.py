@@ -35,6 +35,9 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         assert ideal["delivered"] == ideal["requests_sent"] >= 1 and ideal["latency_ms"]["p50"] > 0
         assert r["gui"][backend]["hover"]["previews_on_screen"] >= 1, r["gui"]
     assert r["hover"]["triton"]["ours"]["server_executed"] >= 1
+    large = r["large"]["multiscale_local"]  # a tiled plane: the tiles in view encoded, then previews
+    assert 0 < large["start"]["first_preview_s"] and 0 < large["start"]["view_encoded_s"] and large["tiles"]["encoded"] >= 1
+    assert large["hover"]["previews_on_screen"] >= 1 and large["memory"]["client_peak_mib"] > 0
     for mode in ("dynamic_batching", "no_batching"):
         assert [row["annotators"] for row in r["annotators"][mode]] == [1, 2]
         assert all(row["errors"] == 0 and row["decodes_per_s"] > 0 for row in r["annotators"][mode])
@@ -46,7 +49,7 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     for png in (p for p in written if p.suffix == ".png"):
         assert png.read_bytes()[:4] == b"\x89PNG"
     markdown = (tmp_path / "BENCHMARKS.md").read_text()
-    for title in ("Click to committed mask", "In napari", "Many annotators", "Memory"):
+    for title in ("Click to committed mask", "In napari", "A 20000 x 20000 plane in napari", "Many annotators", "Memory"):
         assert f"## {title}" in markdown
     assert f"{r['click']['local']['ratio_to_reference']:.2f}" in markdown
     assert "(plots/annotators.png)" in markdown

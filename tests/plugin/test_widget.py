@@ -678,3 +678,54 @@ def test_the_commit_key_stores_what_the_preview_shows_as_the_object_not_the_hint
     np.testing.assert_array_equal(objects.data == 1, shown)  # what was yellow, nothing else
     assert not objects.data[150, 300]
     widget.close_session()
+
+
+BIG_H, BIG_W = 2600, 6000  # tiled: 4 x 8 tiles of 1024 px
+BIG_DISKS = [(300, 300, 60), (1400, 896, 70), (5700, 2400, 40)]
+
+
+def _disk_pixels(r: int) -> int:
+    yy, xx = np.mgrid[-r : r + 1, -r : r + 1]
+    return int((xx**2 + yy**2 <= r**2).sum())
+
+
+def test_a_large_multiscale_dask_plane_is_encoded_where_the_view_is_and_segmented_at_native_resolution(
+    qtbot, viewer, synthetic_repository
+):
+    da = pytest.importorskip("dask.array")
+    from triton_sam.tiles import Tile, view_order
+
+    full = disk_image(BIG_H, BIG_W, BIG_DISKS).astype(np.uint16) * 250
+    image = viewer.add_image([da.from_array(full, chunks=512), da.from_array(full[::4, ::4], chunks=512)], multiscale=True)
+    camera = bindings.camera(viewer)
+    camera.center, camera.zoom = (896, 1400), 1.0  # a view of a few tiles around the second disk
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    session = widget.session
+    qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
+    view = Tile(*layers.visible_region(image))
+    assert view.y0 > 0 and view.x0 > 0 and view.y1 < BIG_H and view.x1 < BIG_W  # zoomed in: a part of the plane
+    inside, near = view_order(session.tiles, view, around=512)
+    assert all(session.encoded(t) for t in inside)  # the tiles in view, encoded first
+    assert all(t in inside + near for t in session.tiles if session.encoded(t))  # and nothing far from it
+
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 1400, 896))
+    qtbot.waitUntil(lambda: preview.data[896, 1400] == 1, timeout=10000)
+    assert not preview.data[300, 300] and abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
+    click(viewer, world(image, 1400, 896))
+    qtbot.waitUntil(lambda: widget.session.object.decoded_version == widget.session.object.version, timeout=10000)
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data[896, 1400] == 1, timeout=10000)
+    assert objects.data.shape == (BIG_H, BIG_W) and abs(int(objects.data.sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
+    assert objects.metadata[layers.PROVENANCE_KEY][1]["tile"] == [768, 768, 1792, 1792]
+
+    far = next(t for t in session.tiles if t.x0 <= 5700 < t.x1 and t.y0 <= 2400 < t.y1 and t.x1 == BIG_W and t.y1 == BIG_H)
+    assert not session.encoded(far), (view, [t for t in session.tiles if session.encoded(t)])
+    camera.center = (2400, 5700)  # pan to the far corner: its tiles are encoded once the view rests
+    qtbot.waitUntil(lambda: session.encoded(far), timeout=60000)
+    move(viewer, world(image, 5700, 2400))
+    qtbot.waitUntil(lambda: preview.data[2400, 5700] == 1, timeout=10000)
+    assert not preview.data[896, 1400]
+    widget.close_session()

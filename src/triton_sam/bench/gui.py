@@ -120,7 +120,7 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
         while pending and pending[-1][0] <= elapsed:
             _, x, y = pending.pop()
             sent_at.append(time.perf_counter())
-            send_mouse(viewer, canvas, QEvent.Type.MouseMove, image.data_to_world([0, y, x]))
+            send_mouse(viewer, canvas, QEvent.Type.MouseMove, image.data_to_world([*[0] * (image.ndim - 2), y, x]))
         if not pending:
             mover.stop()
 

@@ -3,7 +3,7 @@
 Each benchmark runs with the settings of the chosen profile ("full" for published figures,
 "smoke" to check in seconds that they all run) in a process of its own, so that none inherits
 another's memory, threads or warm caches, and its result is written to the file as soon as it is
-done: an interrupted run keeps what it measured. The napari benchmark needs a display (it runs
+done: an interrupted run keeps what it measured. The napari benchmarks need a display (it runs
 under `xvfb-run` where there is none).
 """
 
@@ -34,6 +34,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
         "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
         "gui": {"hover_s": 20.0},
+        "large": {"hover_s": 10.0},
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
@@ -43,6 +44,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
+        "large": {"hover_s": 1.0, "planes": ("multiscale",), "backends": ("local",), "shape": (4096, 4096)},
     },
 }
 
@@ -82,13 +84,14 @@ RUNNERS = {
     "annotators": "triton_sam.bench.annotators",
     "memory": "triton_sam.bench.memory",
     "gui": "triton_sam.bench.gui",
+    "large": "triton_sam.bench.large",
 }
 
 
 def _child(name: str, options: dict, model_id: str, seed: int, workdir: Path) -> dict:
     """Run benchmark `name` in a child process (this module's `__main__`); its result, or why not."""
     command = [sys.executable, "-m", "triton_sam.bench.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
-    if name == "gui" and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+    if name in ("gui", "large") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         if shutil.which("xvfb-run") is None:
             return {"skipped": "no display and no xvfb-run"}
         command = ["xvfb-run", "-a", *command]

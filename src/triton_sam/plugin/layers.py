@@ -12,6 +12,8 @@ import numpy as np
 from napari.layers import Image, Labels, Points, Shapes
 from napari.utils.colormaps import DirectLabelColormap
 
+from ..session import Offset
+
 PREVIEW_NAME = "triton-sam preview"
 PROMPTS_NAME = "triton-sam prompts"
 BOX_NAME = "triton-sam box"
@@ -39,9 +41,20 @@ def plane_key(layer: Image, index: tuple[int, ...]) -> Hashable:
     return (id(layer), index)
 
 
-def plane_data(layer: Image, index: tuple[int, ...]) -> np.ndarray:
-    """The plane as an array: (Y, X) or (Y, X, C) for RGB(A)."""
-    return np.asarray(layer.data[index])
+def plane_data(layer: Image, index: tuple[int, ...]):
+    """The plane, (Y, X) or (Y, X, C) for RGB(A), at full resolution (a multiscale layer's level 0),
+    as the layer holds it: a dask or zarr plane is read only where the session reads it."""
+    data = layer.data[0] if layer.multiscale else layer.data
+    return data[index]
+
+
+def visible_region(layer: Image) -> tuple[int, int, int, int]:
+    """Rows y0:y1 and columns x0:x1 of the plane (full-resolution pixels) that the canvas shows."""
+    corners = np.asarray(layer.corner_pixels, float)[:, -2:]
+    if layer.multiscale:  # corner pixels are in the level drawn
+        corners = corners * np.asarray(layer.downsample_factors[layer.data_level])[-2:]
+    (y0, x0), (y1, x1) = np.floor(corners[0]).astype(int), np.ceil(corners[1]).astype(int)
+    return int(y0), int(x0), int(y1), int(x1)
 
 
 def image_xy(layer: Image, world_point) -> tuple[float, float]:
@@ -180,15 +193,19 @@ class LivePreview:
         self._shown_box: tuple[int, int, int, int] | None = None  # rows r0:r1, columns c0:c1 with labels
         self._history_bytes = 0
 
-    def show(self, mask: np.ndarray | None, hint: np.ndarray | None = None) -> None:
-        box = _union(_bounding_box(mask), _bounding_box(hint))
+    def show(
+        self, mask: np.ndarray | None, hint: np.ndarray | None = None, offset: Offset = (0, 0), hint_offset: Offset = (0, 0)
+    ) -> None:
+        """Show `mask` (label 1) and `hint` (label 2 where it adds pixels), crops at their offsets
+        on the plane (row, column); None: nothing."""
+        box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
         region = _union(self._shown_box, box)
         self._shown_box = box
         if region is None:
             return
         r0, r1, c0, c1 = region
-        labels = _crop_bytes(mask, region)
-        labels |= (_crop_bytes(hint, region) & ~labels & 1) << 1  # 2 where only the hint is
+        labels = _crop_bytes(mask, offset, region)
+        labels |= (_crop_bytes(hint, hint_offset, region) & ~labels & 1) << 1  # 2 where only the hint is
         differs = labels != self.layer.data[r0:r1, c0:c1]
         count = np.count_nonzero(differs)
         if count > FULL_WRITE_FRACTION * self.layer.data.size:
@@ -208,20 +225,27 @@ class LivePreview:
         self._history_bytes = 0
 
 
-def _crop_bytes(mask: np.ndarray | None, region: tuple[int, int, int, int]) -> np.ndarray:
-    """`mask` (bool) inside `region` as 0/1 bytes (a copy), zeros for None."""
+def _crop_bytes(mask: np.ndarray | None, offset: Offset, region: tuple[int, int, int, int]) -> np.ndarray:
+    """`mask` (bool, placed at `offset` on the plane) inside `region` as 0/1 bytes, zeros where it is not."""
     r0, r1, c0, c1 = region
-    if mask is None:
-        return np.zeros((r1 - r0, c1 - c0), np.uint8)
-    return mask[r0:r1, c0:c1].astype(np.uint8)
+    labels = np.zeros((r1 - r0, c1 - c0), np.uint8)
+    if mask is not None:
+        (y, x), (h, w) = offset, mask.shape
+        top, bottom, left, right = max(r0, y), min(r1, y + h), max(c0, x), min(c1, x + w)
+        if top < bottom and left < right:
+            labels[top - r0 : bottom - r0, left - c0 : right - c0] = mask[top - y : bottom - y, left - x : right - x]
+    return labels
 
 
-def _bounding_box(mask: np.ndarray | None) -> tuple[int, int, int, int] | None:
-    """(r0, r1, c0, c1) around the set pixels of `mask`, or None."""
+def _bounding_box(mask: np.ndarray | None, offset: Offset = (0, 0)) -> tuple[int, int, int, int] | None:
+    """(r0, r1, c0, c1) on the plane around the set pixels of `mask` (placed at `offset`), or None."""
     if mask is None:
         return None
     rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-    return (int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1) if rows.size else None
+    if not rows.size:
+        return None
+    y, x = offset
+    return int(rows[0]) + y, int(rows[-1]) + 1 + y, int(cols[0]) + x, int(cols[-1]) + 1 + x
 
 
 def _union(a: tuple[int, int, int, int] | None, b: tuple[int, int, int, int] | None) -> tuple[int, int, int, int] | None:
@@ -230,17 +254,20 @@ def _union(a: tuple[int, int, int, int] | None, b: tuple[int, int, int, int] | N
     return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
-def write_object(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int, provenance: dict) -> int:
-    """Paint `object_id` where `mask` is set and nothing is labelled yet, through the undoable API,
-    and keep how it was made in the layer's metadata (`PROVENANCE_KEY`: id -> plane index and
-    `provenance`), which napari saves with the layer.
+def write_object(
+    layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int, provenance: dict, offset: Offset = (0, 0)
+) -> int:
+    """Paint `object_id` where `mask` (placed at `offset` on the plane) is set and nothing is
+    labelled yet, through the undoable API, and keep how it was made in the layer's metadata
+    (`PROVENANCE_KEY`: id -> plane index and `provenance`), which napari saves with the layer.
 
     Returns the number of pixels written; existing labels are never overwritten.
     """
-    plane = np.asarray(layer.data[index])
-    ys, xs = np.nonzero(mask & (plane == 0))
+    (y, x), (h, w) = offset, mask.shape
+    region = np.asarray(layer.data[(*index, slice(y, y + h), slice(x, x + w))])
+    ys, xs = np.nonzero(mask & (region == 0))
     if ys.size:
-        indices = tuple(np.full(ys.size, i) for i in index) + (ys, xs)
+        indices = tuple(np.full(ys.size, i) for i in index) + (ys + y, xs + x)
         layer.data_setitem(indices, object_id)
         objects = layer.metadata.setdefault(PROVENANCE_KEY, {})
         objects[int(object_id)] = {"plane": list(index), **provenance}

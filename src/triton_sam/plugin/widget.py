@@ -18,16 +18,19 @@ import numpy as np
 from napari.layers import Image
 from napari.qt.threading import create_worker
 from platformdirs import user_cache_dir
-from qtpy.QtCore import QEvent, Signal
+from qtpy.QtCore import QEvent, QTimer, Signal
 from superqt.utils import ensure_main_thread
 
 from ..engines import create_engine, offered_models
 from ..features import FeatureCache
 from ..registry import MODELS
 from ..session import InteractiveSession, ObjectPrompts, Preview
+from ..tiles import Tile, view_order
 from . import bindings, layers
 from .form import SettingsForm
 
+MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
+VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 
 
@@ -54,6 +57,9 @@ class TritonSamWidget(SettingsForm):
         self._shut_down_on_delete = None  # napari deletes docked widgets with its window, without closing them
         self._key_actions: dict[str, object] = {}
         self._encode_all_worker = None
+        self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
+        self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
+        self._view_timer.timeout.connect(self._encode_view)
         self._on_move = partial(bindings.hover, self)
         self._on_press = partial(bindings.press, self)
         self.refresh.clicked.connect(self.find_models)
@@ -69,6 +75,8 @@ class TritonSamWidget(SettingsForm):
         self.viewer.mouse_drag_callbacks.append(self._on_press)
         self.viewer.dims.events.current_step.connect(self._on_step)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
+        bindings.camera(self.viewer).events.center.connect(self._on_view)
+        bindings.camera(self.viewer).events.zoom.connect(self._on_view)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
         actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
@@ -84,6 +92,8 @@ class TritonSamWidget(SettingsForm):
                 callbacks.remove(callback)
         self.viewer.dims.events.current_step.disconnect(self._on_step)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
+        bindings.camera(self.viewer).events.center.disconnect(self._on_view)
+        bindings.camera(self.viewer).events.zoom.disconnect(self._on_view)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
         bindings.unbind_keys(self.viewer, self._key_actions)
@@ -212,8 +222,62 @@ class TritonSamWidget(SettingsForm):
         if self.session is None or self.image is None or index != self._index:
             return  # closed, or the user moved on while this plane was encoded
         self.draw_prompts()  # the object in progress on this plane, if any
+        if self.tiled:
+            self._encode_view()
+            return
         self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
         self._prefetch_neighbours(index)
+
+    @property
+    def tiled(self) -> bool:
+        """The plane on screen is large: covered by tiles, encoded as they come into view."""
+        return self.ready and self.session.is_tiled(layers.plane_shape(self.image))
+
+    def _on_view(self, event=None) -> None:
+        """Pan or zoom: stop encoding the tiles of the old view; choose anew once the view rests."""
+        self._view_generation += 1
+        if self.tiled:
+            self._view_timer.start()
+
+    def _encode_view(self) -> None:
+        """Encode the tiles in view (centre first), then those around it, in the background."""
+        if not self.tiled:
+            return
+        self._view_generation += 1
+        generation, session = self._view_generation, self.session
+        y0, x0, y1, x1 = layers.visible_region(self.image)
+        size = session.spec.input_size
+        inside, near = view_order(session.tiles, Tile(y0, x0, y1, x1), around=size // 2)
+        if len(inside) > MAX_VIEW_TILES:
+            self.set_status(
+                f"Zoom in to segment: the view shows {len(inside)} tiles of {size} px and up to {MAX_VIEW_TILES} "
+                "are encoded at a time (large planes are segmented at native resolution)."
+            )
+            return
+        todo = [t for t in (inside + near)[:MAX_VIEW_TILES] if not session.encoded(t)]
+        if not todo:
+            return
+        visible = sum(t in inside for t in todo)
+        worker = create_worker(
+            session.encode_tiles,
+            todo,
+            on_progress=lambda done, total: self._tiles_progress(done, total, visible),
+            should_stop=lambda: generation != self._view_generation or session is not self.session,
+            _ignore_errors=True,
+            _start_thread=False,
+        )
+        worker.errored.connect(self._failed)
+        worker.start()
+
+    @ensure_main_thread
+    def _tiles_progress(self, done: int, total: int, visible: int) -> None:
+        if self.session is None:
+            return
+        if done < visible:
+            progress = f"encoding the tiles in view: {done} of {visible}"
+        else:
+            progress = f"tiles in view ready; around it {done - visible} of {total - visible}"
+        self.set_status(f"{self.session.engine.describe()}: {progress}.")
 
     def _prefetch_neighbours(self, index: tuple[int, ...]) -> None:
         """Encode the planes one step away on each slider in the background (cached by content)."""
@@ -318,7 +382,7 @@ class TritonSamWidget(SettingsForm):
             return
         self.draw_prompts()
         objects = layers.objects_layer(self.viewer, self.image)
-        written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance)
+        written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:
@@ -364,7 +428,7 @@ class TritonSamWidget(SettingsForm):
         if preview is None:
             self.preview.show(None)
         else:
-            self.preview.show(preview.mask, preview.hint)
+            self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset)
         if preview is not None:
             self.preview_shown.emit(preview)
         stats = self.session.stats

@@ -1,0 +1,232 @@
+"""`triton-sam bench large`: a 20000 x 20000 uint16 plane in napari, as a numpy array and as a
+multiscale dask pyramid generated on demand (nothing of it is held but what is read).
+
+For each plane and backend, in a real napari window zoomed to native resolution at the plane's
+centre: Start, with the cursor resting on a cell, until the first preview is on screen and until
+the tiles in view are encoded; a hover trace over the view (move to preview on screen); a pan by
+one view, until the new view's tiles are encoded. The worst event-loop stall of each phase and the
+process's memory peak (and the server's) are reported. The reference is what tools that tile do
+(micro-sam's tiled embeddings): encode every tile of the plane before the first prompt; its time
+is the plane's tile count times the tile encode time measured here, not run (hours on a CPU).
+Needs a display (use `xvfb-run -a` on a headless machine).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+import psutil
+from qtpy.QtCore import QEvent, QTimer
+from qtpy.QtOpenGLWidgets import QOpenGLWidget
+
+from ..plugin import bindings, layers
+from ..registry import DEFAULT_MODEL
+from ..tiles import Tile, view_order
+from .gui import ScreenClock, StallMonitor, _hover, _run_until, send_mouse
+
+LARGE_SHAPE = (20000, 20000)
+CELL_SPACING = 48  # pixels between cell centres (a jittered lattice)
+CELL_RADIUS = 14
+PYRAMID_FACTOR = 4  # each level of the multiscale pyramid is this much smaller
+CHUNK = 256  # rows and columns of a chunk of the dask levels (napari draws whole chunks in view)
+
+
+def cells(y0: int, x0: int, height: int, width: int, step: int = 1) -> np.ndarray:
+    """The synthetic plane's pixels rows y0, y0 + step, ... and columns likewise (uint16): bright
+    round cells on a dim textured background, the same wherever and at whatever step it is read."""
+    yy = (y0 + step * np.arange(height))[:, None]
+    xx = (x0 + step * np.arange(width))[None, :]
+    row, col = yy // CELL_SPACING, xx // CELL_SPACING
+    jitter_y = (row * 73856093 ^ col * 19349663) % 17 - 8
+    jitter_x = (row * 83492791 ^ col * 2654435761) % 17 - 8
+    dy = yy - (row * CELL_SPACING + CELL_SPACING // 2 + jitter_y)
+    dx = xx - (col * CELL_SPACING + CELL_SPACING // 2 + jitter_x)
+    inside = dy * dy + dx * dx <= CELL_RADIUS**2
+    return (800 + 30000 * inside + ((yy * 31 + xx * 17) % 97) * 20).astype(np.uint16)
+
+
+def numpy_plane(shape: tuple[int, int] = LARGE_SHAPE) -> np.ndarray:
+    plane = np.empty(shape, np.uint16)
+    for y0 in range(0, shape[0], CHUNK):
+        plane[y0 : y0 + CHUNK] = cells(y0, 0, min(CHUNK, shape[0] - y0), shape[1])
+    return plane
+
+
+def dask_pyramid(shape: tuple[int, int] = LARGE_SHAPE) -> list:
+    """Levels of the plane, each `PYRAMID_FACTOR` x smaller, down to about a screen; computed per chunk when read."""
+    import dask.array as da
+
+    levels, factor = [], 1
+    while not levels or max(levels[-1].shape) > 2048:
+        level_shape = (-(-shape[0] // factor), -(-shape[1] // factor))
+
+        def block(block_info=None, factor=factor):
+            (r0, r1), (c0, c1) = block_info[None]["array-location"]
+            return cells(r0 * factor, c0 * factor, r1 - r0, c1 - c0, factor)
+
+        chunks = da.core.normalize_chunks(CHUNK, level_shape)
+        levels.append(da.map_blocks(block, chunks=chunks, dtype=np.uint16, meta=np.array((), np.uint16)))
+        factor *= PYRAMID_FACTOR
+    return levels
+
+
+class MemoryPeak:
+    """Peak resident memory of this process and of another (a server with its children), sampled."""
+
+    def __init__(self, other_pid: int | None = None) -> None:
+        self.processes = [psutil.Process()] + ([psutil.Process(other_pid)] if other_pid else [])
+        self.peaks_mib = [0.0] * len(self.processes)
+        self._running = True
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while self._running:
+            for i, process in enumerate(self.processes):
+                tree = [process, *process.children(recursive=True)]
+                self.peaks_mib[i] = max(self.peaks_mib[i], sum(p.memory_info().rss for p in tree) / 2**20)
+            time.sleep(0.1)
+
+    def stop(self) -> dict:
+        self._running = False
+        self._thread.join()
+        peaks = {"client_peak_mib": self.peaks_mib[0]}
+        if len(self.peaks_mib) > 1:
+            peaks["server_peak_mib"] = self.peaks_mib[1]
+        return peaks
+
+
+def _view_tiles(widget, image) -> list[Tile]:
+    inside, _ = view_order(widget.session.tiles, Tile(*layers.visible_region(image)), around=0)
+    return inside
+
+
+def _start(viewer, widget, image, canvas) -> dict:
+    """Start with the cursor resting on the cell nearest the view's centre (a move every 50 ms)."""
+    monitor, screen = StallMonitor(), ScreenClock(widget, canvas)
+    cy, cx = (int(c) // CELL_SPACING * CELL_SPACING + CELL_SPACING // 2 for c in bindings.camera(viewer).center[-2:])
+    wiggle = QTimer()
+    wiggle.setInterval(50)
+    moves = itertools.count()
+    wiggle.timeout.connect(lambda: send_mouse(viewer, canvas, QEvent.Type.MouseMove, (cy, cx + 3 * (next(moves) % 2))))
+    marks: dict[str, float] = {}
+
+    def check() -> bool:
+        now = time.perf_counter() - started
+        if "ready_s" not in marks and widget.ready:
+            marks["ready_s"] = now
+        if "first_preview_s" not in marks and screen.shown:
+            marks["first_preview_s"] = screen.shown[0][1] - started
+        if "view_encoded_s" not in marks and widget.ready and all(widget.session.encoded(t) for t in _view_tiles(widget, image)):
+            marks["view_encoded_s"] = now
+        return len(marks) == 3
+
+    monitor.start()
+    started = time.perf_counter()
+    widget.connect_engine()
+    wiggle.start()
+    _run_until(check, 900)
+    wiggle.stop()
+    return {
+        **marks,
+        **monitor.stop(),
+        "tiles_in_view": len(_view_tiles(widget, image)),
+        "engine": widget.session.engine.describe(),
+    }
+
+
+def _pan(viewer, widget, image) -> dict:
+    """Pan by one view width; until the new view's tiles are encoded."""
+    monitor = StallMonitor()
+    y0, x0, y1, x1 = layers.visible_region(image)
+    camera = bindings.camera(viewer)
+    monitor.start()
+    started = time.perf_counter()
+    camera.center = (camera.center[-2], camera.center[-1] + (x1 - x0))
+    _run_until(lambda: False, 0.3)  # the canvas draws the new view (corner pixels follow)
+    _run_until(lambda: all(widget.session.encoded(t) for t in _view_tiles(widget, image)), 900)
+    return {"view_encoded_s": time.perf_counter() - started, **monitor.stop()}
+
+
+def _tile_encode_s(session, tiles: int = 2) -> float:
+    """Median seconds to encode a tile not encoded yet (the plane's last ones, far from the view)."""
+    times = []
+    for tile in [t for t in session.tiles if not session.encoded(t)][-tiles:]:
+        started = time.perf_counter()
+        session.encode_tiles([tile])
+        times.append(time.perf_counter() - started)
+    return float(np.median(times))
+
+
+def _backend_run(backend: str, url: str | None, model_id: str, repository: Path, data, trace_s: float, seed: int) -> dict:
+    shape = (data[0] if isinstance(data, list) else data).shape
+    import napari
+
+    from .fixtures import mouse_trace
+
+    viewer = napari.Viewer(show=True)
+    try:
+        viewer.window._qt_window.resize(1600, 1000)
+        image = viewer.add_image(data, name="large", multiscale=isinstance(data, list), contrast_limits=(0, 40000))
+        _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+        widget.backend.setCurrentText(backend)
+        widget.url.setText(url or "")
+        widget.model.setCurrentText(model_id)
+        widget.repository.setText(str(repository.resolve()))
+        camera = bindings.camera(viewer)
+        camera.center, camera.zoom = (shape[0] / 2, shape[1] / 2), 1.0  # native resolution
+        _run_until(lambda: False, 0.5)
+        canvas = next(w for w in widget.window().findChildren(QOpenGLWidget) if w.isVisible())
+        result = {"start": _start(viewer, widget, image, canvas)}
+        y0, x0, y1, x1 = layers.visible_region(image)
+        trace = [(t, x0 + x, y0 + y) for t, x, y in mouse_trace((y1 - y0, x1 - x0), 120.0, trace_s, seed)]
+        result["hover"] = _hover(viewer, widget, image, trace, StallMonitor())
+        result["pan"] = _pan(viewer, widget, image)
+        encoded = [t for t in widget.session.tiles if widget.session.encoded(t)]
+        result["tiles"] = {
+            "plane": len(widget.session.tiles),
+            "encoded": len(encoded),
+            "encode_s": _tile_encode_s(widget.session),
+        }
+        widget.close_session()
+        return result
+    finally:
+        viewer.close()
+
+
+def run(
+    model_id: str = DEFAULT_MODEL,
+    planes: tuple[str, ...] = ("multiscale", "numpy"),
+    shape: tuple[int, int] = LARGE_SHAPE,
+    backends: tuple[str, ...] = ("local", "triton"),
+    hover_s: float = 10.0,
+    seed: int = 0,
+    workdir: Path = Path(".bench"),
+) -> dict:
+    from .fixtures import exported_repository
+    from .wire import loopback_server
+
+    repository = exported_repository(model_id, seed, workdir)
+    result = {"benchmark": "large", "model": model_id, "plane_shape": list(shape), "dtype": "uint16", "hover_s": hover_s}
+    for plane in planes:
+        data = dask_pyramid(shape) if plane == "multiscale" else numpy_plane(shape)
+        for backend in backends:
+            with ExitStack() as servers:
+                url, server_pid = None, None
+                if backend == "triton":
+                    server = servers.enter_context(loopback_server(repository, model_id))
+                    url, server_pid = server.grpc_url, server.pid
+                memory = MemoryPeak(server_pid)
+                label = "Triton" if backend == "triton" else "Local"
+                run_result = _backend_run(label, url, model_id, repository, data, hover_s, seed)
+                run_result["memory"] = memory.stop()
+            tiles = run_result["tiles"]
+            run_result["reference_encode_all_s"] = tiles["plane"] * tiles["encode_s"]  # estimated, see the docstring
+            result[f"{plane}_{backend}"] = run_result
+        del data
+    return result
