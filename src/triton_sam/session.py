@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -146,6 +147,7 @@ class InteractiveSession:
         self._objects: dict[Hashable, ObjectPrompts] = {}
         self._last_hover: tuple[float, float] | None = None
         self._waiting_hover: tuple[float, float] | None = None  # the cursor rests on a tile not encoded yet
+        self._moved_at = -math.inf  # when `hover` was last called (time.perf_counter)
         self._hover_preview: Preview | None = None
         self._decoder = SpeculativeDecoder(
             self._deliver,
@@ -203,21 +205,30 @@ class InteractiveSession:
         tiles: Sequence[Tile],
         on_progress: Callable[[int, int], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        yield_to_cursor_s: float = 0.0,
     ) -> int:
         """Encode `tiles` of the plane shown, in order (blocks: off the GUI thread), skipping those
         done; stops early when the plane changes or `should_stop()` says so (the view moved).
-        `on_progress(done, total)` after each. Returns how many were encoded now."""
+        With `yield_to_cursor_s`, each tile waits until the cursor has rested that long (work
+        ahead of need must not slow the previews on a shared CPU). `on_progress(done, total)`
+        after each. Returns how many were encoded now."""
         with self._lock:
             plane = self._plane
+
+        def stopped() -> bool:
+            return self._plane is not plane or (should_stop is not None and should_stop())
+
         encoded = 0
         for done, tile in enumerate(tiles, 1):
-            if self._plane is not plane or (should_stop is not None and should_stop()):
+            while not stopped() and time.perf_counter() - self._moved_at < yield_to_cursor_s:
+                time.sleep(0.05)
+            if stopped():
                 break
             if not self._encoded(plane, tile):
                 self._tile_features(plane, tile)
                 encoded += 1
                 self._hover_again_if_waiting(plane, tile)
-            if on_progress is not None:
+            if on_progress is not None and not stopped():
                 on_progress(done, len(tiles))
         return encoded
 
@@ -256,6 +267,7 @@ class InteractiveSession:
 
     def hover(self, x: float, y: float, t_event: float | None = None) -> int | None:
         """The cursor moved to (x, y): ask for its preview. None when skipped or outside."""
+        self._moved_at = time.perf_counter()
         with self._lock:
             plane = self._plane
             if plane is None:

@@ -91,3 +91,32 @@ def test_a_preview_writes_only_the_pixels_that_change_and_keeps_no_history_beyon
     assert np.array_equal(live.layer.data == 1, half) and np.array_equal(live.layer.data == 2, moved)
     live.show(mask)
     assert np.array_equal(live.layer.data == 1, mask) and not (live.layer.data == 2).any()
+
+
+def test_crops_at_offsets_are_written_where_they_belong_and_ids_widen_a_small_label_type():
+    objects = Labels(np.zeros((40, 60), np.uint16))
+    crop = np.zeros((10, 10), bool)
+    crop[2:5, 3:7] = True
+    assert layers.write_object(objects, (), crop, 3, {}, offset=(20, 30)) == 12
+    assert objects.data[22:25, 33:37].tolist() == [[3] * 4] * 3 and int(objects.data.sum()) == 36
+    assert layers.write_object(objects, (), crop, 70000, {}, offset=(0, 0)) == 12  # beyond uint16
+    assert objects.data.dtype == np.uint32 and objects.data[3, 4] == 70000 and objects.data[23, 34] == 3
+
+
+def test_a_large_plane_preview_holds_only_the_box_around_what_it_shows():
+    from napari.components import ViewerModel
+
+    viewer = ViewerModel()
+    image = viewer.add_image(np.zeros((5000, 6000), np.uint16), scale=(0.5, 2.0), translate=(10.0, -4.0))
+    preview = layers.WindowPreview(layers.preview_layer(viewer, image, window=True))
+    mask, hint = np.zeros((1024, 1024), bool), np.zeros((1024, 1024), bool)
+    mask[100:110, 200:230] = True
+    hint[0:5, 0:5] = True
+    preview.show(mask, hint, offset=(3000, 4000), hint_offset=(3108, 4228))
+    layer = preview.layer
+    assert layer.data.shape == (13, 33)  # rows 3100-3112, columns 4200-4232
+    for y, x, label in [(3100, 4200, 1), (3109, 4229, 1), (3111, 4230, 2), (3112, 4200, 0)]:
+        data = np.round(layer.world_to_data(image.data_to_world([y, x]))).astype(int)
+        assert layer.data[tuple(data)] == label, (y, x)
+    preview.show(None)
+    assert layer.data.shape == (1, 1) and not layer.data.any()

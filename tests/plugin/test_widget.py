@@ -684,6 +684,13 @@ BIG_H, BIG_W = 2600, 6000  # tiled: 4 x 8 tiles of 1024 px
 BIG_DISKS = [(300, 300, 60), (1400, 896, 70), (5700, 2400, 40)]
 
 
+def _shown(preview, image, x: int, y: int) -> int:
+    """The preview layer's label at image pixel (x, y) (a large plane's preview covers only a box of it)."""
+    row, col = np.round(preview.world_to_data(image.data_to_world([y, x]))).astype(int)
+    inside = 0 <= row < preview.data.shape[0] and 0 <= col < preview.data.shape[1]
+    return int(preview.data[row, col]) if inside else 0
+
+
 def _disk_pixels(r: int) -> int:
     yy, xx = np.mgrid[-r : r + 1, -r : r + 1]
     return int((xx**2 + yy**2 <= r**2).sum())
@@ -710,8 +717,11 @@ def test_a_large_multiscale_dask_plane_is_encoded_where_the_view_is_and_segmente
 
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 1400, 896))
-    qtbot.waitUntil(lambda: preview.data[896, 1400] == 1, timeout=10000)
-    assert not preview.data[300, 300] and abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
+    qtbot.waitUntil(lambda: _shown(preview, image, 1400, 896) == 1, timeout=10000)
+    assert preview.data.shape[0] < 200 and preview.data.shape[1] < 200  # the box around the object, not the plane
+    assert not _shown(preview, image, 300, 300) and abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(
+        70
+    )
     click(viewer, world(image, 1400, 896))
     qtbot.waitUntil(lambda: widget.session.object.decoded_version == widget.session.object.version, timeout=10000)
     key(viewer, "commit")
@@ -726,6 +736,6 @@ def test_a_large_multiscale_dask_plane_is_encoded_where_the_view_is_and_segmente
     camera.center = (2400, 5700)  # pan to the far corner: its tiles are encoded once the view rests
     qtbot.waitUntil(lambda: session.encoded(far), timeout=60000)
     move(viewer, world(image, 5700, 2400))
-    qtbot.waitUntil(lambda: preview.data[2400, 5700] == 1, timeout=10000)
-    assert not preview.data[896, 1400]
+    qtbot.waitUntil(lambda: _shown(preview, image, 5700, 2400) == 1, timeout=10000)
+    assert not _shown(preview, image, 1400, 896)
     widget.close_session()

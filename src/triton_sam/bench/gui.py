@@ -145,17 +145,23 @@ def _hover(viewer, widget, image, trace, monitor: StallMonitor) -> dict:
     }
 
 
+def open_widget(viewer, backend: str, url: str | None, model_id: str, repository: Path):
+    """The triton-sam panel, docked through napari's plugin API and filled in as a user would."""
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.backend.setCurrentText(backend)
+    widget.url.setText(url or "")
+    widget.model.setCurrentText(model_id)
+    widget.repository.setText(str(repository.resolve()))
+    return widget
+
+
 def _backend_run(backend: str, url: str | None, model_id: str, repository: Path, stack, trace) -> dict:
     import napari
 
     viewer = napari.Viewer(show=True)
     try:
         image = viewer.add_image(stack, name="bench", rgb=True)
-        _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-        widget.backend.setCurrentText(backend)
-        widget.url.setText(url or "")
-        widget.model.setCurrentText(model_id)
-        widget.repository.setText(str(repository.resolve()))
+        widget = open_widget(viewer, backend, url, model_id, repository)
         monitor = StallMonitor()
         result = {}
 

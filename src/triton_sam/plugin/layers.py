@@ -86,10 +86,11 @@ def _on_plane(image: Image) -> dict:
     return {"scale": image.scale[-2:], "translate": image.translate[-2:]}
 
 
-def preview_layer(viewer, image: Image) -> Labels:
-    """A 2D Labels layer over the image's plane for the live preview (updated in place), directly
-    above the image (and its objects): `PREVIEW_COLOR` for the object, `HINT_COLOR` for the hint."""
-    shape = plane_shape(image)
+def preview_layer(viewer, image: Image, window: bool = False) -> Labels:
+    """A 2D Labels layer over the image's plane for the live preview, directly above the image (and
+    its objects): `PREVIEW_COLOR` for the object, `HINT_COLOR` for the hint. As large as the plane
+    and updated in place, or with `window` a small one that `WindowPreview` moves (large planes)."""
+    shape = (1, 1) if window else plane_shape(image)
     preview = _reusable(viewer, PREVIEW_NAME, Labels, lambda layer: layer.data.shape == shape)
     if preview is None:
         preview = viewer.add_labels(np.zeros(shape, np.uint8), name=PREVIEW_NAME, opacity=0.5, **_on_plane(image))
@@ -159,14 +160,16 @@ def existing_objects_layer(viewer, image: Image) -> Labels | None:
     return None
 
 
-def objects_layer(viewer, image: Image) -> Labels:
+def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:
     """The output Labels layer for `image`'s committed objects (same shape as its data axes),
-    made directly above it at the first commit."""
+    made directly above it at the first commit. Large planes take uint16 (napari colours uint8
+    and uint16 labels on the GPU, larger ones on the CPU: seconds a write at 20000 x 20000);
+    `write_object` widens it when the ids outgrow it."""
     existing = existing_objects_layer(viewer, image)
     if existing is not None:
         return existing
     objects = viewer.add_labels(
-        np.zeros(image.data.shape[: image.ndim], np.uint32),
+        np.zeros(image.data.shape[: image.ndim], dtype),
         name=objects_name(image),
         scale=image.scale,
         translate=image.translate,
@@ -204,8 +207,7 @@ class LivePreview:
         if region is None:
             return
         r0, r1, c0, c1 = region
-        labels = _crop_bytes(mask, offset, region)
-        labels |= (_crop_bytes(hint, hint_offset, region) & ~labels & 1) << 1  # 2 where only the hint is
+        labels = _preview_labels(mask, hint, offset, hint_offset, region)
         differs = labels != self.layer.data[r0:r1, c0:c1]
         count = np.count_nonzero(differs)
         if count > FULL_WRITE_FRACTION * self.layer.data.size:
@@ -223,6 +225,38 @@ class LivePreview:
         self.layer.editable = True
         self.layer.editable = False
         self._history_bytes = 0
+
+
+class WindowPreview:
+    """The preview of a large plane: the layer holds only the box around what is shown, placed on
+    the plane by its translate. A plane-sized layer would take hundreds of megabytes, and napari
+    shows layers over 16384 px downsampled."""
+
+    def __init__(self, layer: Labels) -> None:
+        self.layer = layer
+        self.layer.editable = False
+        self._scale = np.asarray(layer.scale)[-2:]
+        self._translate = np.asarray(layer.translate)[-2:]
+
+    def show(
+        self, mask: np.ndarray | None, hint: np.ndarray | None = None, offset: Offset = (0, 0), hint_offset: Offset = (0, 0)
+    ) -> None:
+        """As `LivePreview.show`."""
+        box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
+        if box is None:
+            self.layer.data = np.zeros((1, 1), np.uint8)
+            return
+        self.layer.data = _preview_labels(mask, hint, offset, hint_offset, box)
+        self.layer.translate = self._translate + np.array([box[0], box[2]]) * self._scale
+
+
+def _preview_labels(
+    mask: np.ndarray | None, hint: np.ndarray | None, offset: Offset, hint_offset: Offset, region: tuple[int, int, int, int]
+) -> np.ndarray:
+    """The preview's labels inside `region`: 1 where the object is, 2 where only the hint is."""
+    labels = _crop_bytes(mask, offset, region)
+    labels |= (_crop_bytes(hint, hint_offset, region) & ~labels & 1) << 1
+    return labels
 
 
 def _crop_bytes(mask: np.ndarray | None, offset: Offset, region: tuple[int, int, int, int]) -> np.ndarray:
@@ -263,6 +297,8 @@ def write_object(
 
     Returns the number of pixels written; existing labels are never overwritten.
     """
+    if object_id > np.iinfo(layer.data.dtype).max:
+        layer.data = layer.data.astype(np.uint32)  # ids outgrew the layer's type (see `objects_layer`)
     (y, x), (h, w) = offset, mask.shape
     region = np.asarray(layer.data[(*index, slice(y, y + h), slice(x, x + w))])
     ys, xs = np.nonzero(mask & (region == 0))

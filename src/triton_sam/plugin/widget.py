@@ -30,6 +30,7 @@ from . import bindings, layers
 from .form import SettingsForm
 
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
+AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
 VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 
@@ -49,7 +50,7 @@ class TritonSamWidget(SettingsForm):
         self.viewer = napari_viewer
         self.session: InteractiveSession | None = None
         self.image: Image | None = None
-        self.preview: layers.LivePreview | None = None
+        self.preview: layers.LivePreview | layers.WindowPreview | None = None
         self.prompts = self.box = None  # layers drawing the prompts
         self._index: tuple[int, ...] | None = None
         self._encoding = None
@@ -176,7 +177,9 @@ class TritonSamWidget(SettingsForm):
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
         self._shut_down_on_delete = self.session.close
         self.destroyed.connect(self._shut_down_on_delete)
-        self.preview = layers.LivePreview(layers.preview_layer(self.viewer, self.image))
+        large = self.session.is_tiled(layers.plane_shape(self.image))
+        layer = layers.preview_layer(self.viewer, self.image, window=large)
+        self.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
         self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
@@ -254,25 +257,33 @@ class TritonSamWidget(SettingsForm):
                 "are encoded at a time (large planes are segmented at native resolution)."
             )
             return
-        todo = [t for t in (inside + near)[:MAX_VIEW_TILES] if not session.encoded(t)]
-        if not todo:
+        ahead = (inside + near)[:MAX_VIEW_TILES]
+        todo = [t for t in ahead if t in inside and not session.encoded(t)]
+        around = [t for t in ahead if t not in inside and not session.encoded(t)]
+        if not todo and not around:
             return
-        visible = sum(t in inside for t in todo)
-        worker = create_worker(
-            session.encode_tiles,
-            todo,
-            on_progress=lambda done, total: self._tiles_progress(done, total, visible),
-            should_stop=lambda: generation != self._view_generation or session is not self.session,
-            _ignore_errors=True,
-            _start_thread=False,
-        )
+        visible = len(todo)
+
+        def moved_on() -> bool:
+            return generation != self._view_generation or session is not self.session
+
+        def encode() -> None:
+            session.encode_tiles(todo, partial(self._tiles_progress, visible=visible), moved_on)
+            # The tiles around the view are work ahead of need: they wait while the cursor moves.
+            session.encode_tiles(
+                around, partial(self._tiles_progress, visible=visible, before=visible), moved_on, AROUND_VIEW_WAIT_S
+            )
+
+        worker = create_worker(encode, _ignore_errors=True, _start_thread=False)
         worker.errored.connect(self._failed)
         worker.start()
 
     @ensure_main_thread
-    def _tiles_progress(self, done: int, total: int, visible: int) -> None:
+    def _tiles_progress(self, done: int, total: int, visible: int, before: int = 0) -> None:
+        """`done` of `total` tiles encoded, after `before` others; the first `visible` are in view."""
         if self.session is None:
             return
+        done, total = done + before, total + before
         if done < visible:
             progress = f"encoding the tiles in view: {done} of {visible}"
         else:
@@ -381,7 +392,8 @@ class TritonSamWidget(SettingsForm):
             self.set_status("Nothing to commit: hover over an object or click on it first.")
             return
         self.draw_prompts()
-        objects = layers.objects_layer(self.viewer, self.image)
+        large = self.session.is_tiled(layers.plane_shape(self.image))
+        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
