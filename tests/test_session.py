@@ -297,10 +297,14 @@ def test_prompts_no_tile_holds_are_refused_and_change_nothing(big_session):
     assert committed is not None and committed.offset == (0, 0)
 
 
-def test_encoding_tiles_stops_when_asked_or_when_the_plane_changes(big_session):
+def test_encoding_tiles_stops_when_asked_when_the_plane_changes_or_when_the_session_closes(big_session):
     session = big_session
     asked = []
     done = session.encode_tiles(session.tiles, should_stop=lambda: len(asked) >= 2, on_progress=lambda d, t: asked.append(d))
     assert done == 2 and asked == [1, 2]
     session.set_plane(("img", 0), IMAGE)  # a small plane: one tile, encoded by set_plane, as before
     assert len(session.tiles) == 1 and session.tiles[0].shape == (H, W) and session.encoded(session.tiles[0])
+    session.set_plane(("big", 0), BIG)
+    session.hover(1400, 896)  # waits for its tile
+    session.close()
+    assert session.encode_tiles(session.tiles) == 0  # closed: nothing more is encoded, no hover asked

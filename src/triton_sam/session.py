@@ -148,6 +148,7 @@ class InteractiveSession:
         self._last_hover: tuple[float, float] | None = None
         self._waiting_hover: tuple[float, float] | None = None  # the cursor rests on a tile not encoded yet
         self._moved_at = -math.inf  # when `hover` was last called (time.perf_counter)
+        self._closed = False
         self._hover_preview: Preview | None = None
         self._decoder = SpeculativeDecoder(
             self._deliver,
@@ -216,7 +217,7 @@ class InteractiveSession:
             plane = self._plane
 
         def stopped() -> bool:
-            return self._plane is not plane or (should_stop is not None and should_stop())
+            return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
         encoded = 0
         for done, tile in enumerate(tiles, 1):
@@ -524,7 +525,7 @@ class InteractiveSession:
         """A tile was encoded: if the cursor rests on it waiting for a preview, ask again."""
         with self._lock:
             waiting = self._waiting_hover
-            if waiting is None or self._plane is not plane or tile.margin(np.array([waiting])) < 0:
+            if waiting is None or self._closed or self._plane is not plane or tile.margin(np.array([waiting])) < 0:
                 return
         self.hover(*waiting)
 
@@ -560,7 +561,9 @@ class InteractiveSession:
         self._on_preview(preview)
 
     def close(self) -> None:
-        """Stop decoding (no worker thread outlives this call) and close the engine if owned."""
+        """Stop decoding (no worker thread outlives this call) and close the engine if owned;
+        tile encoding in another thread stops after its current tile."""
+        self._closed = True
         self._decoder.close()
         if self.owns_engine:
             self.engine.close()

@@ -316,7 +316,8 @@ def _large(r: dict) -> str:
         f"A {r['plane_shape'][0]}x{r['plane_shape'][1]} {r['dtype']} plane of synthetic cells, viewed at native "
         "resolution (napari window 1600x1000): tiles of the model's input, encoded where the view is. The reference "
         "is encoding every tile before the first prompt (as tools that tile do), estimated as the tile count times "
-        "the tile encode time above.\n\n" + table
+        "the tile encode time above. Start's stall includes napari creating the plugin's first layers, as on "
+        "small planes.\n\n" + table
     )
 
 
