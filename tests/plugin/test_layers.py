@@ -103,20 +103,29 @@ def test_crops_at_offsets_are_written_where_they_belong_and_ids_widen_a_small_la
     assert objects.data.dtype == np.uint32 and objects.data[3, 4] == 70000 and objects.data[23, 34] == 3
 
 
-def test_a_large_plane_preview_holds_only_the_box_around_what_it_shows():
+def test_a_large_plane_preview_is_a_window_that_moves_only_when_a_preview_falls_outside_it():
     from napari.components import ViewerModel
 
     viewer = ViewerModel()
-    image = viewer.add_image(np.zeros((5000, 6000), np.uint16), scale=(0.5, 2.0), translate=(10.0, -4.0))
-    preview = layers.WindowPreview(layers.preview_layer(viewer, image, window=True))
+    image = viewer.add_image(np.zeros((20000, 20000), np.uint16), scale=(0.5, 2.0), translate=(10.0, -4.0))
+    preview = layers.WindowPreview(layers.preview_layer(viewer, image, window=True), size=2048)
+    layer = preview.layer
+
+    def shown(y: int, x: int) -> int:
+        row, col = np.round(layer.world_to_data(image.data_to_world([y, x]))).astype(int)
+        return int(layer.data[row, col]) if 0 <= row < 2048 and 0 <= col < 2048 else 0
+
     mask, hint = np.zeros((1024, 1024), bool), np.zeros((1024, 1024), bool)
     mask[100:110, 200:230] = True
     hint[0:5, 0:5] = True
     preview.show(mask, hint, offset=(3000, 4000), hint_offset=(3108, 4228))
-    layer = preview.layer
-    assert layer.data.shape == (13, 33)  # rows 3100-3112, columns 4200-4232
+    assert layer.data.shape == (2048, 2048) and int((layer.data > 0).sum()) == 300 + 25 - 4
     for y, x, label in [(3100, 4200, 1), (3109, 4229, 1), (3111, 4230, 2), (3112, 4200, 0)]:
-        data = np.round(layer.world_to_data(image.data_to_world([y, x]))).astype(int)
-        assert layer.data[tuple(data)] == label, (y, x)
+        assert shown(y, x) == label, (y, x)
+    translate = tuple(layer.translate)
+    preview.show(mask, None, offset=(3500, 4500))  # still inside the window: written in place
+    assert tuple(layer.translate) == translate and shown(3600, 4700) == 1 and not shown(3100, 4200)
+    preview.show(mask, None, offset=(15000, 12000))  # far away: the window moves there
+    assert tuple(layer.translate) != translate and shown(15100, 12200) == 1 and int((layer.data > 0).sum()) == 300
     preview.show(None)
-    assert layer.data.shape == (1, 1) and not layer.data.any()
+    assert not layer.data.any()

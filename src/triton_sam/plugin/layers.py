@@ -24,6 +24,7 @@ POSITIVE_COLOR = "#33e633"
 NEGATIVE_COLOR = "#ff3333"
 PREVIEW_HISTORY_BYTES = 32 * 2**20  # napari's undo history of the preview is let go beyond this
 FULL_WRITE_FRACTION = 1 / 16  # a preview changing more of the plane than this is written whole
+PREVIEW_WINDOW = 3072  # pixels a side of a large plane's preview layer: two tiles' masks fit in it
 OBJECTS_SUFFIX = " [triton-sam objects]"
 IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
@@ -228,26 +229,39 @@ class LivePreview:
 
 
 class WindowPreview:
-    """The preview of a large plane: the layer holds only the box around what is shown, placed on
-    the plane by its translate. A plane-sized layer would take hundreds of megabytes, and napari
-    shows layers over 16384 px downsampled."""
+    """The preview of a large plane: a `PREVIEW_WINDOW`-pixel square of it, written as
+    `LivePreview` writes a whole plane, moved (its translate) only when a preview falls outside it.
+    A plane-sized layer would take hundreds of megabytes, and napari draws layers over 16384 px
+    downsampled; moving the window costs ~20 ms of napari's bookkeeping, a write within it ~2 ms."""
 
-    def __init__(self, layer: Labels) -> None:
-        self.layer = layer
-        self.layer.editable = False
+    def __init__(self, layer: Labels, size: int = PREVIEW_WINDOW) -> None:
+        self.size = size
         self._scale = np.asarray(layer.scale)[-2:]
         self._translate = np.asarray(layer.translate)[-2:]
+        self._origin = (0, 0)  # the plane pixel at the window's first row and column
+        layer.data = np.zeros((size, size), np.uint8)
+        self._live = LivePreview(layer)
+
+    @property
+    def layer(self) -> Labels:
+        return self._live.layer
 
     def show(
         self, mask: np.ndarray | None, hint: np.ndarray | None = None, offset: Offset = (0, 0), hint_offset: Offset = (0, 0)
     ) -> None:
         """As `LivePreview.show`."""
         box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
-        if box is None:
-            self.layer.data = np.zeros((1, 1), np.uint8)
-            return
-        self.layer.data = _preview_labels(mask, hint, offset, hint_offset, box)
-        self.layer.translate = self._translate + np.array([box[0], box[2]]) * self._scale
+        if box is not None and not self._holds(box):
+            self._live.show(None)
+            centre = np.array([box[0] + box[1], box[2] + box[3]]) // 2
+            self._origin = tuple(int(c) for c in np.maximum(centre - self.size // 2, 0))
+            self.layer.translate = self._translate + np.array(self._origin) * self._scale
+        y, x = self._origin
+        self._live.show(mask, hint, (offset[0] - y, offset[1] - x), (hint_offset[0] - y, hint_offset[1] - x))
+
+    def _holds(self, box: tuple[int, int, int, int]) -> bool:
+        (y, x), n = self._origin, self.size
+        return y <= box[0] and box[1] <= y + n and x <= box[2] and box[3] <= x + n
 
 
 def _preview_labels(
