@@ -272,6 +272,15 @@ def test_a_large_plane_is_encoded_tile_by_tile_on_request_and_hover_waits_for_it
     assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.001
 
 
+def test_the_tile_under_a_waiting_cursor_is_encoded_before_the_others(big_session):
+    session = big_session
+    assert session.hover(2900, 2500) is None  # the far corner's disk: no tile encoded yet
+    far = session.tiles[-1]
+    assert session.encode_tiles(session.tiles, should_stop=lambda: session.encoded(far)) == 1  # it went first
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (2900, 2500))
+    assert preview.offset == far.offset
+
+
 def test_a_click_on_a_large_plane_encodes_its_tile_and_commit_places_the_object(big_session):
     session = big_session
     session.add_point(2900, 2500)

@@ -209,7 +209,8 @@ class InteractiveSession:
         yield_to_cursor_s: float = 0.0,
     ) -> int:
         """Encode `tiles` of the plane shown, in order (blocks: off the GUI thread), skipping those
-        done; stops early when the plane changes or `should_stop()` says so (the view moved).
+        done; a tile under a cursor waiting for its preview goes first. Stops early when the
+        plane changes or `should_stop()` says so (the view moved).
         With `yield_to_cursor_s`, each tile waits until the cursor has rested that long (work
         ahead of need must not slow the previews on a shared CPU). `on_progress(done, total)`
         after each. Returns how many were encoded now."""
@@ -219,12 +220,14 @@ class InteractiveSession:
         def stopped() -> bool:
             return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
-        encoded = 0
-        for done, tile in enumerate(tiles, 1):
+        encoded, remaining = 0, list(tiles)
+        for done in range(1, len(tiles) + 1):
             while not stopped() and time.perf_counter() - self._moved_at < yield_to_cursor_s:
                 time.sleep(0.05)
             if stopped():
                 break
+            tile = self._next_tile(remaining)
+            remaining.remove(tile)
             if not self._encoded(plane, tile):
                 self._tile_features(plane, tile)
                 encoded += 1
@@ -232,6 +235,16 @@ class InteractiveSession:
             if on_progress is not None and not stopped():
                 on_progress(done, len(tiles))
         return encoded
+
+    def _next_tile(self, remaining: list[Tile]) -> Tile:
+        """The first of `remaining`, unless one of them holds a cursor waiting for its preview."""
+        with self._lock:
+            waiting = None if self._waiting_hover is None else np.array([self._waiting_hover])
+        if waiting is not None:
+            holding = [t for t in remaining if t.margin(waiting) >= 0]
+            if holding:
+                return max(holding, key=lambda t: t.margin(waiting))
+        return remaining[0]
 
     def _tile_features(self, plane: _Plane, tile: Tile) -> ImageFeatures:
         """A tile's features: the whole plane's, or a tile's from the cache, encoded now if evicted or new."""
