@@ -34,8 +34,8 @@ from .features import FeatureCache
 from .image import ContrastLimits, encoder_input
 from .prompts import model_request
 from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
-from .tiled_predictor import sampled_limits
-from .tiles import Tile, needs_tiling, prompt_corners, tile_for_prompts, tile_grid
+from .tiled_predictor import plane_limits
+from .tiles import Tile, needs_tiling, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
 
 Offset = tuple[int, int]  # (row, column) of a mask crop's first pixel on its plane
 
@@ -178,9 +178,8 @@ class InteractiveSession:
             features = self.cache.features(encoder_input(np.asarray(image), self.spec, contrast_limits))
             plane = _Plane(key, size, [whole], {whole: features})
         else:
-            if contrast_limits is None and np.dtype(image.dtype) not in (np.uint8, np.bool_):
-                contrast_limits = sampled_limits(image)  # the same for every tile
-            plane = _Plane(key, size, tile_grid(size, self.spec.input_size), image=image, contrast=contrast_limits)
+            contrast = plane_limits(image, contrast_limits)  # the same for every tile
+            plane = _Plane(key, size, tile_grid(size, self.spec.input_size), image=image, contrast=contrast)
         with self._lock:
             self._plane = plane
             self._last_hover = None
@@ -583,12 +582,6 @@ class InteractiveSession:
 
 
 def _in_tile(kwargs: dict, tile: Tile) -> dict:
-    """Prompts in plane pixels moved to `tile`'s pixels."""
-    if tile.offset == (0, 0):
-        return kwargs
-    moved = dict(kwargs)
-    if kwargs.get("point_coords") is not None:
-        moved["point_coords"] = tile.to_tile(kwargs["point_coords"])
-    if kwargs.get("box") is not None:
-        moved["box"] = tile.to_tile(np.reshape(kwargs["box"], (2, 2))).reshape(4)
-    return moved
+    """Request prompts in plane pixels moved to `tile`'s pixels."""
+    points, box = prompts_in_tile(tile, kwargs.get("point_coords"), kwargs.get("box"))
+    return {**kwargs, "point_coords": points, "box": box}

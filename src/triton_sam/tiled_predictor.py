@@ -14,7 +14,7 @@ from .image import ContrastLimits, encoder_input
 from .predictor import EngineOwner, decode_masks
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
-from .tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, tile_for_prompts, tile_grid
+from .tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
 
 LIMITS_SAMPLE_SIDE = 2048  # contrast limits of a non-uint8 plane come from at most ~this^2 pixels
 
@@ -60,9 +60,7 @@ class TiledPredictor(EngineOwner):
         (default: min and max of a strided sample of the plane, the same for every tile)."""
         if getattr(image, "ndim", 0) not in (2, 3):
             raise ValueError(f"Expected a plane of shape HxW or HxWxC, got shape {getattr(image, 'shape', None)}.")
-        if contrast_limits is None and np.dtype(image.dtype) not in (np.uint8, np.bool_):
-            contrast_limits = sampled_limits(image)
-        self._plane, self._contrast = image, contrast_limits
+        self._plane, self._contrast = image, plane_limits(image, contrast_limits)
         shape = tuple(image.shape[:2])
         whole = not needs_tiling(shape, self.spec.input_size)
         self.tiles = [Tile(0, 0, *shape)] if whole else tile_grid(shape, self.spec.input_size, self.overlap)
@@ -96,13 +94,8 @@ class TiledPredictor(EngineOwner):
         low-res logits and that tile: no plane-sized arrays, for planes too large for them."""
         self._require_image()
         tile = tile_for_prompts(self.tiles, prompt_corners(point_coords, box))
-        request = model_request(
-            self.spec,
-            tile.shape,
-            point_coords=None if point_coords is None else tile.to_tile(np.asarray(point_coords, np.float64).reshape(-1, 2)),
-            point_labels=point_labels,
-            box=None if box is None else tile.to_tile(np.asarray(box, np.float64).reshape(2, 2)).reshape(4),
-        )
+        points, tile_box = prompts_in_tile(tile, point_coords, box)
+        request = model_request(self.spec, tile.shape, point_coords=points, point_labels=point_labels, box=tile_box)
         features = self.tile_features(tile)
         masks, scores, low_res = decode_masks(
             self.engine, features, request, tile.shape, multimask_output, return_logits, self.mask_threshold, cancel
@@ -127,6 +120,14 @@ class TiledPredictor(EngineOwner):
     def _require_image(self) -> None:
         if self._plane is None:
             raise RuntimeError("A plane must be set with .set_image(...) before mask prediction.")
+
+
+def plane_limits(image, contrast_limits: ContrastLimits | None) -> ContrastLimits | None:
+    """The contrast limits every tile of `image` is scaled with: those given, else (not uint8)
+    those of a strided sample."""
+    if contrast_limits is None and np.dtype(image.dtype) not in (np.uint8, np.bool_):
+        return sampled_limits(image)
+    return contrast_limits
 
 
 def sampled_limits(image) -> tuple[float, float]:

@@ -92,6 +92,12 @@ def prompt_corners(point_coords: np.ndarray | None = None, box: np.ndarray | Seq
     return np.concatenate(parts)
 
 
+def prompts_in_tile(tile: Tile, point_coords=None, box=None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Points (N x 2) and a box (4) given in plane pixels, in `tile`'s pixels (None stays None)."""
+    points = None if point_coords is None else tile.to_tile(np.asarray(point_coords, np.float64).reshape(-1, 2))
+    return points, None if box is None else tile.to_tile(np.asarray(box, np.float64).reshape(2, 2)).reshape(4)
+
+
 def tile_for_prompts(tiles: Sequence[Tile], corners: np.ndarray) -> Tile:
     """The tile that holds all of `corners` (see `prompt_corners`) farthest from its edges."""
     if not len(corners):

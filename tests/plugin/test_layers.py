@@ -108,8 +108,9 @@ def test_a_large_plane_preview_is_a_window_that_moves_only_when_a_preview_falls_
 
     viewer = ViewerModel()
     image = viewer.add_image(np.zeros((20000, 20000), np.uint16), scale=(0.5, 2.0), translate=(10.0, -4.0))
-    preview = layers.WindowPreview(layers.preview_layer(viewer, image, window=True), size=2048)
-    layer = preview.layer
+    assert layers.preview_layer(viewer, image, window=True).data.shape == (layers.PREVIEW_WINDOW,) * 2
+    layer = viewer.add_labels(np.zeros((2048, 2048), np.uint8), scale=image.scale, translate=image.translate)
+    preview = layers.WindowPreview(layer)
 
     def shown(y: int, x: int) -> int:
         row, col = np.round(layer.world_to_data(image.data_to_world([y, x]))).astype(int)

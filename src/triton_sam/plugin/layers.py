@@ -91,7 +91,7 @@ def preview_layer(viewer, image: Image, window: bool = False) -> Labels:
     """A 2D Labels layer over the image's plane for the live preview, directly above the image (and
     its objects): `PREVIEW_COLOR` for the object, `HINT_COLOR` for the hint. As large as the plane
     and updated in place, or with `window` a small one that `WindowPreview` moves (large planes)."""
-    shape = (1, 1) if window else plane_shape(image)
+    shape = (PREVIEW_WINDOW, PREVIEW_WINDOW) if window else plane_shape(image)
     preview = _reusable(viewer, PREVIEW_NAME, Labels, lambda layer: layer.data.shape == shape)
     if preview is None:
         preview = viewer.add_labels(np.zeros(shape, np.uint8), name=PREVIEW_NAME, opacity=0.5, **_on_plane(image))
@@ -234,12 +234,12 @@ class WindowPreview:
     A plane-sized layer would take hundreds of megabytes, and napari draws layers over 16384 px
     downsampled; moving the window costs ~20 ms of napari's bookkeeping, a write within it ~2 ms."""
 
-    def __init__(self, layer: Labels, size: int = PREVIEW_WINDOW) -> None:
-        self.size = size
+    def __init__(self, layer: Labels) -> None:
+        """`layer`: a square Labels layer placed on the plane, its origin at the plane's (0, 0)."""
+        self.size = layer.data.shape[0]
         self._scale = np.asarray(layer.scale)[-2:]
         self._translate = np.asarray(layer.translate)[-2:]
         self._origin = (0, 0)  # the plane pixel at the window's first row and column
-        layer.data = np.zeros((size, size), np.uint8)
         self._live = LivePreview(layer)
 
     @property

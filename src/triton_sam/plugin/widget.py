@@ -177,9 +177,8 @@ class TritonSamWidget(SettingsForm):
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
         self._shut_down_on_delete = self.session.close
         self.destroyed.connect(self._shut_down_on_delete)
-        large = self.session.is_tiled(layers.plane_shape(self.image))
-        layer = layers.preview_layer(self.viewer, self.image, window=large)
-        self.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
+        layer = layers.preview_layer(self.viewer, self.image, window=self._large)
+        self.preview = layers.WindowPreview(layer) if self._large else layers.LivePreview(layer)
         self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
@@ -234,7 +233,12 @@ class TritonSamWidget(SettingsForm):
     @property
     def tiled(self) -> bool:
         """The plane on screen is large: covered by tiles, encoded as they come into view."""
-        return self.ready and self.session.is_tiled(layers.plane_shape(self.image))
+        return self.ready and self._large
+
+    @property
+    def _large(self) -> bool:
+        """The image's planes are large (tiled)."""
+        return self.session.is_tiled(layers.plane_shape(self.image))
 
     def _on_view(self, event=None) -> None:
         """Pan or zoom: stop encoding the tiles of the old view; choose anew once the view rests."""
@@ -392,8 +396,7 @@ class TritonSamWidget(SettingsForm):
             self.set_status("Nothing to commit: hover over an object or click on it first.")
             return
         self.draw_prompts()
-        large = self.session.is_tiled(layers.plane_shape(self.image))
-        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if large else np.uint32)
+        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self._large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
