@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from triton_sam.masks import MaskResizer
+from triton_sam.masks import MaskResizer, fill_holes
 from triton_sam.registry import get_model
 
 
@@ -64,3 +64,13 @@ def test_sam3_fills_small_holes_as_its_official_postprocessing():
     low = resizer.masks(logits, (288, 288))
     assert low[0, 0, 100:110, 100:110].all() and not low[0, 1, 100:117, 100:117].any()
     assert low[0, 2, 150:170, 150:170].sum() == 400 and not low[0, 0, :40].any()
+
+
+def test_holes_up_to_the_area_are_filled_with_the_value_asked_for():
+    low_res = np.full((1, 1, 16, 16), 5.0, np.float32)
+    low_res[0, 0, 2:4, 2:4] = -3.0  # a 4-pixel hole
+    low_res[0, 0, 8:12, 8:12] = -3.0  # a 16-pixel hole
+    filled = fill_holes(low_res, 8, value=0.1)  # SAM2's video predictor fills with 0.1
+    assert np.all(filled[0, 0, 2:4, 2:4] == np.float32(0.1)) and np.all(filled[0, 0, 8:12, 8:12] == -3.0)
+    assert np.all(fill_holes(low_res, 8)[0, 0, 2:4, 2:4] == 10.0)  # the image predictors' threshold + 10
+    assert low_res[0, 0, 2, 2] == -3.0  # the input is left as it was

@@ -44,6 +44,7 @@ MULTI_SCORES = "iou_predictions"  # float32 [B, 3]
 SINGLE_MASK = "single_mask"  # float32 [B, 1, 256, 256], chosen as the official model does
 SINGLE_SCORE = "single_iou"  # float32 [B, 1]
 OBJECT_SCORE = "object_score_logits"  # float32 [B, 1]
+OBJ_PTR = "obj_ptr"  # float32 [B, 4, 256]: SAM2 video's object pointers (single-mask token, then the 3 multimask ones)
 
 # Session model (features stay on the server): encode returns a handle, decode takes it.
 HANDLE = "handle"  # bytes [B, 1]

@@ -24,15 +24,17 @@ _CPU = ("CPUExecutionProvider",)
 _OPSET, _IR_VERSION = 18, 8  # ONNX Runtime >= 1.16 reads these
 
 
-def fill_holes(low_res: np.ndarray, max_area: int, threshold: float = 0.0) -> np.ndarray:
+def fill_holes(low_res: np.ndarray, max_area: int, threshold: float = 0.0, value: float | None = None) -> np.ndarray:
     """`low_res` with each background region (logits <= `threshold`, 8-connected) of at most
-    `max_area` pixels raised to `threshold` + 10, as SAM2/SAM3's `postprocess_masks` does."""
+    `max_area` pixels raised to `value`: `threshold` + 10 by default, as SAM2/SAM3's
+    `postprocess_masks` does (SAM2's video predictor uses 0.1)."""
+    value = threshold + 10.0 if value is None else value
     filled = np.array(low_res, dtype=np.float32, copy=True)
     for mask in filled.reshape(-1, *filled.shape[-2:]):
         regions = label(mask <= threshold, connectivity=2)
         small = np.bincount(regions.ravel()) <= max_area
         small[0] = False  # label 0 is the foreground
-        mask[small[regions]] = threshold + 10.0
+        mask[small[regions]] = value
     return filled
 
 

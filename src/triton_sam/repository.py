@@ -28,6 +28,10 @@ def onnx_path(repository: Path, triton_name: str) -> Path:
     return Path(repository) / triton_name / "1" / "model.onnx"
 
 
+def video_path(repository: Path, spec: ModelSpec) -> Path:
+    return Path(repository) / spec.session_name / "1" / "video"
+
+
 def write_metadata(model_dir: Path, metadata: dict) -> None:
     (Path(model_dir) / contract.METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
 
@@ -48,6 +52,11 @@ class ExportedModel:
     encoder: Path
     decoder: Path
     metadata: dict
+
+    @property
+    def video_dir(self) -> Path:
+        """Where the SAM2 video graphs are (next to the session model that will serve them)."""
+        return video_path(self.encoder.parents[2], self.spec)
 
     @property
     def random_weights(self) -> bool:

@@ -33,7 +33,8 @@ def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = Fa
     try:
         exported = locate(spec, repository)
         metadata = [read_metadata(path.parent.parent) for path in (exported.encoder, exported.decoder)]
-        if all(m.get("seed") == seed and m.get("encoder_precision", ENCODER_FP32) == precision for m in metadata):
+        video_ready = spec.family != "sam2" or (exported.video_dir / "video.json").is_file()
+        if video_ready and all(m.get("seed") == seed and m.get("encoder_precision", ENCODER_FP32) == precision for m in metadata):
             write_session_model(spec, repository)  # cheap; keeps an older export's session model current
             return repository
     except (ModelNotFoundError, ModelFileError):
@@ -66,6 +67,68 @@ def official_predictor(model_id: str, seed: int, device: str = "cpu"):
     else:
         from segment_anything import SamPredictor
     return SamPredictor(build_model(spec, seed=seed).to(device))
+
+
+def official_video_predictor(model_id: str, seed: int, device: str = "cpu"):
+    """The official `SAM2VideoPredictor` of a SAM2.1 `model_id` with the random-init weights of `seed`.
+
+    Its mask memories are stored in bfloat16 and, on GPUs, attended to under bfloat16 autocast. In
+    float32 on a CPU its memory attention fails where a plane attends to mask memories alone (no
+    object pointer promotes them to float32), so the memories are given to it as float32: the
+    values torch's type promotion makes of them whenever a pointer is present.
+    """
+    from ..export.sam2_onnx import build_model
+    from ..export.sam2_video_onnx import build_video_model
+
+    spec = get_model(model_id)
+    video = build_video_model(build_model(spec, seed=seed), spec).to(device)
+    attend = video.memory_attention.forward
+    video.memory_attention.forward = lambda curr, memory, *args, **kwargs: attend(curr, memory.float(), *args, **kwargs)
+    return video
+
+
+def official_volume_state(reference, volume: np.ndarray, contrast_limits=None) -> dict:
+    """The official predictor's `init_state` for the planes of `volume` (Z x H x W), each made as
+    `SAM2ImagePredictor` makes an image (our uint8 conversion, then its transforms), instead of
+    frames read from JPEG files (lossy)."""
+    import tempfile
+
+    import torch
+    from PIL import Image
+    from sam2.utils.transforms import SAM2Transforms
+
+    from ..image import to_uint8
+
+    with tempfile.TemporaryDirectory() as frames:
+        for i in range(len(volume)):  # init_state reads a folder of frames: tiny placeholders
+            Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(f"{frames}/{i:05d}.jpg")
+        state = reference.init_state(frames)
+    transforms = SAM2Transforms(resolution=reference.image_size, mask_threshold=0.0)
+    planes = [np.repeat(to_uint8(plane, contrast_limits)[..., None], 3, axis=2) for plane in volume]
+    state["images"] = torch.stack([transforms(plane) for plane in planes]).to(reference.device)
+    state["video_height"], state["video_width"] = volume.shape[1:3]
+    state["cached_features"] = {}
+    return state
+
+
+def bench_volume(planes: int, shape: tuple[int, int], seed: int = 0) -> np.ndarray:
+    """A uint16 stack of `planes` textured planes with three bright disks that move and grow or shrink."""
+    rng = np.random.default_rng(seed)
+    height, width = shape
+    yy, xx = np.mgrid[:height, :width]
+    volume = np.empty((planes, height, width), np.uint16)
+    for z in range(planes):
+        plane = 1000 + 150 * rng.standard_normal(shape)
+        t = z / max(planes - 1, 1)
+        disks = (
+            (0.3 + 0.3 * t, 0.25 + 0.2 * t, 0.08 + 0.06 * t),
+            (0.7 - 0.2 * t, 0.7, 0.12 - 0.05 * t),
+            (0.5, 0.75 - 0.4 * t, 0.07),
+        )
+        for cy, cx, r in disks:
+            plane[(yy - cy * height) ** 2 + (xx - cx * width) ** 2 < (r * min(shape)) ** 2] += 2500
+        volume[z] = np.clip(plane, 0, 65535)
+    return volume
 
 
 def official_calls(reference, device: str, autocast: bool = False) -> tuple[Callable, Callable]:

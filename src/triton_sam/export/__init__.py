@@ -18,7 +18,7 @@ from .. import __version__, contract
 from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
-from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, write_metadata
+from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, video_path, write_metadata
 from ..server.models import FEATURE_STORES_FILE, feature_stores_source, python_model_source
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
 
@@ -126,4 +126,19 @@ def export_model(
             (staging / name).rename(final)
         written.append(onnx_path(output, name))
     written.append(write_session_model(spec, output))
+    if spec.family == "sam2":
+        from .sam2_video_onnx import export_video
+
+        progress(f"Exporting {spec.model_id} video graphs ...")
+        written += _staged(output, video_path(output, spec), partial(export_video, model, spec))
     return written
+
+
+def _staged(output: Path, final: Path, write) -> list[Path]:
+    """`write(directory)` into a scratch directory, moved to `final` only once complete."""
+    with tempfile.TemporaryDirectory(dir=output, prefix=f".{final.name}.") as staging:
+        written = write(Path(staging) / final.name)
+        if final.exists():
+            shutil.rmtree(final)
+        (Path(staging) / final.name).rename(final)
+    return [final / path.name for path in written]

@@ -75,8 +75,15 @@ def export_onnx(
         )
 
 
-def export_decoder_module(decoder: nn.Module, spec: ModelSpec, path: Path, points: list, labels: list) -> None:
-    """Export a decoder wrapper with the contract's inputs and outputs; `points`/`labels` are one
+def export_decoder_module(
+    decoder: nn.Module,
+    spec: ModelSpec,
+    path: Path,
+    points: list,
+    labels: list,
+    outputs: list[str] | tuple[str, ...] = contract.DECODER_OUTPUTS,
+) -> None:
+    """Export a decoder wrapper with the contract's inputs and `outputs`; `points`/`labels` are one
     example prompt set (batch and number of points stay dynamic)."""
     low = spec.low_res_size
     features = tuple(torch.randn(1, *shape) for shape in spec.feature_shapes.values())
@@ -87,7 +94,7 @@ def export_decoder_module(decoder: nn.Module, spec: ModelSpec, path: Path, point
         torch.zeros(1, 1),
     )
     names = [*spec.feature_shapes, *contract.PROMPT_INPUTS]
-    dynamic = {name: {0: "batch"} for name in [*names, *contract.DECODER_OUTPUTS]}
+    dynamic = {name: {0: "batch"} for name in [*names, *outputs]}
     dynamic[contract.POINT_COORDS] = {0: "batch", 1: "points"}
     dynamic[contract.POINT_LABELS] = {0: "batch", 1: "points"}
-    export_onnx(decoder.eval(), features + prompts, path, names, list(contract.DECODER_OUTPUTS), dynamic)
+    export_onnx(decoder.eval(), features + prompts, path, names, list(outputs), dynamic)
