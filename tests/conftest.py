@@ -108,3 +108,19 @@ def models_server(exported_repository, tmp_path_factory):
     server = start_server(repository)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def private_settings(tmp_path):
+    """Keep the dock widget's saved settings away from the user's own."""
+    from qtpy.QtCore import QSettings
+
+    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, str(tmp_path))
+
+
+@pytest.fixture
+def viewer(make_napari_viewer, private_settings):
+    """A shown napari viewer (a hidden canvas gets no mouse events), its settings private."""
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1000, 700)
+    return viewer

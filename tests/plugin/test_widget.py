@@ -76,21 +76,6 @@ def world(layer, x: float, y: float) -> np.ndarray:
     return np.asarray(layer.data_to_world([y, x]))
 
 
-@pytest.fixture(autouse=True)
-def private_settings(tmp_path):
-    """Keep the widget's saved settings away from the user's own."""
-    from qtpy.QtCore import QSettings
-
-    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, str(tmp_path))
-
-
-@pytest.fixture
-def viewer(make_napari_viewer):
-    viewer = make_napari_viewer(show=True)  # a hidden canvas gets no mouse events
-    viewer.window._qt_window.resize(1000, 700)
-    return viewer
-
-
 def start(qtbot, viewer, backend: str = "Local", **fields) -> TritonSamWidget:
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.backend.setCurrentText(backend)

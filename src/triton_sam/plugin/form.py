@@ -10,15 +10,28 @@ import re
 from pathlib import Path
 
 from qtpy.QtCore import QSettings
-from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout, QWidget
+from qtpy.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..engines import TritonConnection
 from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
 from ..registry import DEFAULT_MODEL, MODELS, ModelSpec, get_model
 from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
+from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
 
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
+DIRECTIONS = {"Both ways": BOTH, "Forwards": FORWARDS, "Backwards": BACKWARDS}
 ENV_BACKEND = "TRITON_SAM_BACKEND"
 ENV_MODEL = "TRITON_SAM_MODEL"
 
@@ -68,6 +81,17 @@ class SettingsForm(QWidget):
         self.disk_cache = QCheckBox("Keep embeddings on disk")
         self.disk_cache.setChecked(_flag(s, "disk_cache", True))
         self.encode_all = QPushButton("Encode all planes")
+        self.propagate = QPushButton("Propagate label")
+        self.propagate.setToolTip(
+            "Track the objects layer's selected label from the plane on screen through the stack "
+            "(SAM2.1 memory). Its mask on this plane is the prompt; correct a plane and propagate again from it."
+        )
+        self.direction = QComboBox()
+        self.direction.addItems(list(DIRECTIONS))
+        self.max_planes = QSpinBox()
+        self.max_planes.setRange(0, 1_000_000)
+        self.max_planes.setSpecialValueText("all planes")
+        self.max_planes.setSuffix(" planes")
         self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
         self.enabled.setChecked(True)
         self.status = QLabel("Not started.")
@@ -96,7 +120,13 @@ class SettingsForm(QWidget):
             form.addRow(label, field)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        for widget in (self.disk_cache, self.start, self.encode_all, self.enabled, self.status, keys):
+        for widget in (self.disk_cache, self.start, self.encode_all):
+            layout.addWidget(widget)
+        volume = QHBoxLayout()
+        for widget in (self.propagate, self.direction, self.max_planes):
+            volume.addWidget(widget)
+        layout.addLayout(volume)
+        for widget in (self.enabled, self.status, keys):
             layout.addWidget(widget)
         layout.addStretch()
 
@@ -105,6 +135,14 @@ class SettingsForm(QWidget):
     def chosen_backend(self) -> str:
         """ "auto", "triton" or "local"."""
         return BACKENDS[self.backend.currentText()]
+
+    def chosen_direction(self) -> str:
+        """ "both", "forwards" or "backwards"."""
+        return DIRECTIONS[self.direction.currentText()]
+
+    def chosen_max_planes(self) -> int | None:
+        """How many planes to track each way; None: to the end of the stack."""
+        return self.max_planes.value() or None
 
     def chosen_model(self) -> ModelSpec:
         return get_model(self.model.currentText())

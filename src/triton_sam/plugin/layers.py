@@ -322,3 +322,17 @@ def write_object(
         objects = layer.metadata.setdefault(PROVENANCE_KEY, {})
         objects[int(object_id)] = {"plane": list(index), **provenance}
     return int(ys.size)
+
+
+def write_tracked(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int) -> int:
+    """Make `object_id` on plane `index` be `mask`, through the undoable API: its pixels outside the
+    mask are cleared, the mask's unlabelled pixels take it, other objects' pixels are never touched.
+    Returns the number of pixels changed."""
+    region = np.asarray(layer.data[index])
+    added = mask & (region == 0)
+    changed = added | ((region == object_id) & ~mask)
+    ys, xs = np.nonzero(changed)
+    if ys.size:
+        indices = tuple(np.full(ys.size, i) for i in index) + (ys, xs)
+        layer.data_setitem(indices, np.where(added[ys, xs], object_id, 0).astype(layer.data.dtype))
+    return int(ys.size)

@@ -28,6 +28,7 @@ from ..session import InteractiveSession, ObjectPrompts, Preview
 from ..tiles import Tile, view_order
 from . import bindings, layers
 from .form import SettingsForm
+from .propagation import LabelPropagation, stack_axis
 
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
 AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
@@ -58,6 +59,7 @@ class TritonSamWidget(SettingsForm):
         self._shut_down_on_delete = None  # napari deletes docked widgets with its window, without closing them
         self._key_actions: dict[str, object] = {}
         self._encode_all_worker = None
+        self._propagation = LabelPropagation(self.set_status, lambda: self.propagate.setText("Propagate label"))
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
         self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
         self._view_timer.timeout.connect(self._encode_view)
@@ -66,6 +68,7 @@ class TritonSamWidget(SettingsForm):
         self.refresh.clicked.connect(self.find_models)
         self.start.clicked.connect(self.connect_engine)
         self.encode_all.clicked.connect(self.toggle_encode_all)
+        self.propagate.clicked.connect(self.toggle_propagate)
         self.enabled.toggled.connect(self._on_enabled)
         self._hook()
         self._refresh_layers()
@@ -349,7 +352,48 @@ class TritonSamWidget(SettingsForm):
 
     def _encode_all_finished(self) -> None:
         self._encode_all_worker = None
+        self._propagation = LabelPropagation(self.set_status, lambda: self.propagate.setText("Propagate label"))
         self.encode_all.setText("Encode all planes")
+
+    def toggle_propagate(self) -> None:
+        """Track the objects layer's selected label from the plane on screen through the stack;
+        pressed again, stop (between planes)."""
+        if self._propagation.running:
+            self._propagation.stop()
+            return
+        problem = self._propagation_problem()
+        if problem:
+            self.set_status(problem)
+            return
+        objects = layers.existing_objects_layer(self.viewer, self.image)
+        axis = stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim)
+        cache = self.session.cache if self.chosen_backend() == "local" else None
+        self._propagation.start(
+            self.image,
+            objects,
+            self._index,
+            axis,
+            int(objects.selected_label),
+            self.chosen_direction(),
+            self.chosen_max_planes(),
+            (self.chosen_model(), self.chosen_repository()),
+            cache,
+        )
+        self.propagate.setText("Stop propagating")
+
+    def _propagation_problem(self) -> str | None:
+        """Why Propagate cannot run now, or None."""
+        if not self.ready:
+            return "Press Start and wait for the plane to be encoded first."
+        if stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim) is None:
+            return "Propagate needs a stack of planes (a 3D or higher image layer)."
+        objects = layers.existing_objects_layer(self.viewer, self.image)
+        label = None if objects is None else int(objects.selected_label)
+        if objects is None or not np.any(np.asarray(objects.data[self._index]) == label):
+            return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
+        if self.chosen_model().family != "sam2":
+            return "Propagation through planes needs a SAM2.1 model."
+        return None
 
     @property
     def ready(self) -> bool:
@@ -398,6 +442,7 @@ class TritonSamWidget(SettingsForm):
         self.draw_prompts()
         objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self._large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
+        objects.selected_label = committed.object_id  # what Propagate tracks
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:
@@ -471,6 +516,7 @@ class TritonSamWidget(SettingsForm):
     def close_session(self) -> None:
         """Stop decoding and let go of the engine; results still in flight are ignored."""
         self._closed = True
+        self._propagation.close()
         if self.session is not None:
             self.destroyed.disconnect(self._shut_down_on_delete)
             self.session.close()

@@ -1,0 +1,151 @@
+"""Propagate from the dock widget: a label's mask on the plane on screen, tracked through the stack.
+
+Tracking runs in a napari thread worker (`video.propagate_mask`); each plane's result is written
+into the objects layer on the GUI thread as it comes, whole (a cancelled run stops between
+planes), never over another label. One run is one undo step on the objects layer. Each label
+keeps its own tracking state, so its earlier prompts (corrections included) guide the next run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+from napari.layers import Image, Labels
+from napari.qt.threading import create_worker
+
+from ..features import FeatureCache
+from ..registry import ModelSpec
+from ..video import VolumePredictor, VolumeState
+from ..video.propagation import propagate_mask
+from . import layers
+
+
+def stack_axis(image: Image, last_used: int, viewer_ndim: int) -> int | None:
+    """The layer axis planes are stacked along: the slider used last if it moves this layer's
+    planes, else the first slider's; None for a single plane."""
+    stacked = image.ndim - 2
+    if stacked < 1:
+        return None
+    axis = last_used - (viewer_ndim - image.ndim)
+    return axis if 0 <= axis < stacked else 0
+
+
+def stack_data(image: Image, index: tuple[int, ...], axis: int):
+    """The planes through `index` along `axis` (level 0 of a multiscale layer), lazily for dask/zarr."""
+    data = image.data[0] if image.multiscale else image.data
+    return data[index[:axis] + (slice(None),) + index[axis + 1 :]]
+
+
+class LabelPropagation:
+    """Runs propagations for the widget, one at a time; `stop` ends the running one between planes."""
+
+    def __init__(self, set_status: Callable[[str], None], on_finished: Callable[[], None]) -> None:
+        self._set_status = set_status
+        self._on_finished = on_finished
+        self._predictor: VolumePredictor | None = None
+        self._predictor_for: tuple | None = None
+        self._states: dict[tuple, VolumeState] = {}
+        self._worker = None
+        self._history = ExitStack()
+
+    @property
+    def running(self) -> bool:
+        return self._worker is not None
+
+    def start(
+        self,
+        image: Image,
+        objects: Labels,
+        index: tuple[int, ...],
+        axis: int,
+        label: int,
+        direction: str,
+        max_planes: int | None,
+        model: tuple[ModelSpec, Path],
+        cache: FeatureCache | None,
+    ) -> None:
+        """Track `label` from plane `index` of `objects` along `axis` of `image`."""
+        mask = np.asarray(objects.data[index]) == label
+        contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
+        rest = index[:axis] + index[axis + 1 :]
+        state_key = (id(image), axis, rest, contrast, label)
+        frame = index[axis]
+
+        def run():
+            predictor = self._volume_predictor(model, cache)
+            state = self._states.get(state_key)
+            if state is None:
+                state = predictor.init_state(stack_data(image, index, axis), contrast_limits=contrast)
+                self._states[state_key] = state
+            yield from propagate_mask(predictor, state, frame, label, mask, direction, max_planes)
+
+        total = _planes_to_track(
+            image.data.shape[axis] if not image.multiscale else image.data[0].shape[axis], frame, direction, max_planes
+        )
+        worker = create_worker(
+            run, _progress={"total": total, "desc": "triton-sam: propagating"}, _ignore_errors=True, _start_thread=False
+        )
+        done = []
+
+        def write(result) -> None:
+            plane, plane_mask = result
+            target = index[:axis] + (plane,) + index[axis + 1 :]
+            layers.write_tracked(objects, target, plane_mask, label)
+            done.append(plane)
+            self._set_status(f"Propagating label {label}: plane {plane} ({len(done)} of {total}).")
+
+        def finished() -> None:
+            self._history.close()  # the run's writes become one undo step
+            self._worker = None
+            if done:
+                record = objects.metadata.setdefault(layers.PROVENANCE_KEY, {}).setdefault(int(label), {})
+                record["propagated"] = {
+                    "from_plane": list(index),
+                    "axis": axis,
+                    "direction": direction,
+                    "model": model[0].model_id,
+                }
+            self._set_status(f"Label {label} propagated to {len(done)} planes (Ctrl+Z on the objects layer undoes it).")
+            self._on_finished()
+
+        worker.yielded.connect(write)
+        worker.errored.connect(lambda error: self._set_status(f"Error: {error}"))
+        worker.finished.connect(finished)
+        self._history = ExitStack()
+        self._history.enter_context(objects.block_history())
+        self._worker = worker
+        self._set_status(f"Propagating label {label} from plane {frame} ({direction}) ...")
+        worker.start()
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.quit()
+
+    def close(self) -> None:
+        """Stop and let go of the tracking states and the predictor."""
+        self.stop()
+        self._states.clear()
+        if self._predictor is not None:
+            self._predictor.close()
+            self._predictor = None
+
+    def _volume_predictor(self, model: tuple[ModelSpec, Path], cache: FeatureCache | None) -> VolumePredictor:
+        """One predictor per model and repository (made in the worker: it loads four graphs)."""
+        key = (model[0].model_id, str(model[1]), id(cache))
+        if self._predictor is None or self._predictor_for != key:
+            if self._predictor is not None:
+                self._predictor.close()
+            self._states.clear()
+            self._predictor = VolumePredictor(model[0].model_id, model[1], cache=cache, add_all_frames_to_correct_as_cond=True)
+            self._predictor_for = key
+        return self._predictor
+
+
+def _planes_to_track(planes: int, frame: int, direction: str, max_planes: int | None) -> int:
+    reach = planes if max_planes is None else max_planes
+    forwards = min(reach, planes - 1 - frame) if direction != "backwards" else 0
+    backwards = min(reach, frame) if direction != "forwards" else 0
+    return forwards + backwards

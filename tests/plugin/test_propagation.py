@@ -1,0 +1,69 @@
+"""Propagate in a real napari viewer under Xvfb: a committed object tracked through a stack with the
+exported SAM2.1 tiny (random weights), stopped between planes, undone in one step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import require_export_extra
+from triton_sam.bench.fixtures import bench_volume
+
+napari = pytest.importorskip("napari")
+from test_widget import click, key, start, world  # noqa: E402
+
+from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin.propagation import stack_axis  # noqa: E402
+
+SHAPE = (120, 160)
+OTHER_LABEL = 9
+
+
+def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_in_one_step(qtbot, viewer, exported_repository):
+    require_export_extra()
+    repository = exported_repository("sam2.1_hiera_tiny")
+    image = viewer.add_image(bench_volume(6, SHAPE))
+    viewer.dims.set_current_step(0, 2)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=repository)
+    click(viewer, world(image, 53, 50)[-2:])  # on the first disk
+    key(viewer, "commit")
+    objects_name = layers.objects_name(image)
+    qtbot.waitUntil(lambda: objects_name in viewer.layers and np.any(viewer.layers[objects_name].data[2] == 1), timeout=60000)
+    objects = viewer.layers[objects_name]
+    assert objects.selected_label == 1
+    objects.data[4, :10, :10] = OTHER_LABEL  # another object, there before: never painted over
+    before = objects.data.copy()
+
+    widget.direction.setCurrentText("Forwards")
+    widget.propagate.click()
+    assert widget.propagate.text() == "Stop propagating"
+    yielded = {}
+    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
+    qtbot.waitUntil(lambda: len(yielded) >= 1, timeout=120000)
+    widget.propagate.click()  # stop: the plane being tracked is finished, no other starts
+    qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
+
+    assert widget.propagate.text() == "Propagate label"
+    assert sorted(yielded) == list(range(3, 3 + len(yielded))) and len(yielded) < 3
+    assert any(mask.any() for mask in yielded.values())
+    for plane, mask in yielded.items():  # each plane written whole, around the other object
+        free = before[plane] == 0
+        np.testing.assert_array_equal(objects.data[plane] == 1, mask & free)
+    assert np.all(objects.data[4, :10, :10] == OTHER_LABEL)
+    np.testing.assert_array_equal(objects.data[2], before[2])  # the prompt plane keeps the user's object
+    assert not np.any(objects.data[5] == 1)  # not reached
+    assert objects.metadata[layers.PROVENANCE_KEY][1]["propagated"]["from_plane"] == [2]
+
+    objects.undo()
+    np.testing.assert_array_equal(objects.data, before)
+
+
+def test_propagate_explains_what_it_needs(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(np.zeros((3, *SHAPE), np.uint8))
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    widget.propagate.click()
+    assert "Commit an object on this plane" in widget.status.text()
+    flat = viewer.add_image(np.zeros(SHAPE, np.uint8))
+    assert stack_axis(flat, 0, 2) is None
+    assert stack_axis(image, viewer.dims.last_used, viewer.dims.ndim) == 0
