@@ -38,6 +38,8 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     large = r["large"]["multiscale_local"]  # a tiled plane: the tiles in view encoded, then previews
     assert 0 < large["start"]["first_preview_s"] and 0 < large["start"]["view_encoded_s"] and large["tiles"]["encoded"] >= 1
     assert large["hover"]["previews_on_screen"] >= 1 and large["memory"]["client_peak_mib"] > 0
+    volume = r["volume"]  # both propagated the 3 planes and agree
+    assert volume["ours"]["planes_per_s"] > 0 and volume["official"]["planes_per_s"] > 0 and volume["min_iou_vs_official"] >= 0.99
     for mode in ("dynamic_batching", "no_batching"):
         assert [row["annotators"] for row in r["annotators"][mode]] == [1, 2]
         assert all(row["errors"] == 0 and row["decodes_per_s"] > 0 for row in r["annotators"][mode])
@@ -49,7 +51,14 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     for png in (p for p in written if p.suffix == ".png"):
         assert png.read_bytes()[:4] == b"\x89PNG"
     markdown = (tmp_path / "BENCHMARKS.md").read_text()
-    for title in ("Click to committed mask", "In napari", "A 20000 x 20000 plane in napari", "Many annotators", "Memory"):
+    for title in (
+        "Click to committed mask",
+        "In napari",
+        "A 20000 x 20000 plane in napari",
+        "Propagating through a stack",
+        "Many annotators",
+        "Memory",
+    ):
         assert f"## {title}" in markdown
     assert f"{r['click']['local']['ratio_to_reference']:.2f}" in markdown
     assert "(plots/annotators.png)" in markdown

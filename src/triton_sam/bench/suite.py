@@ -35,6 +35,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
         "gui": {"hover_s": 20.0},
         "large": {"hover_s": 10.0},
+        "volume": {"planes": 20, "repeats": 2},
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
@@ -45,6 +46,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
         "large": {"hover_s": 1.0, "planes": ("multiscale",), "backends": ("local",), "shape": (4096, 4096)},
+        "volume": {"planes": 3, "repeats": 1, "shape": (128, 128)},
     },
 }
 
@@ -85,6 +87,7 @@ RUNNERS = {
     "memory": "triton_sam.bench.memory",
     "gui": "triton_sam.bench.gui",
     "large": "triton_sam.bench.large",
+    "volume": "triton_sam.bench.volume",
 }
 
 
@@ -120,7 +123,7 @@ def run_all(
     """
     settings = {name: dict(options) for name, options in PROFILES[profile].items()}
     if cuda_device_count() > 0:  # the official predictor on the GPU too
-        settings["predictor"]["device"] = settings["click"]["device"] = "cuda"
+        settings["predictor"]["device"] = settings["click"]["device"] = settings["volume"]["device"] = "cuda"
     if soak_s is not None:
         settings["memory"]["soak_s"] = soak_s
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}

@@ -1,0 +1,99 @@
+"""`triton-sam bench volume`: planes per second propagated through a stack, next to `SAM2VideoPredictor`.
+
+One object is clicked on the first plane and tracked to the last, by `VolumePredictor` (local
+engine, planes encoded as they are reached, as a user's first run does) and by the official video
+predictor (on `device`), same random-init weights and planes; the runs alternate so that machine
+noise hits both alike. Each run starts with no plane encoded. The masks are compared as a check.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..features import FeatureCache
+from ..registry import DEFAULT_MODEL
+from ..video import VolumePredictor
+from .fixtures import bench_volume, exported_repository, official_video_predictor, official_volume_state
+from .parity import mask_iou
+
+
+def _ours(predictor: VolumePredictor, volume: np.ndarray, point: list[float]) -> tuple[float, list[float], list[np.ndarray]]:
+    predictor.cache = FeatureCache(predictor.engine)  # no plane encoded yet
+    started = time.perf_counter()
+    state = predictor.init_state(volume)
+    predictor.add_new_points_or_box(state, 0, 1, points=[point], labels=[1])
+    return _timed_planes(predictor.propagate_in_video(state), started, lambda masks: masks)
+
+
+def _official(reference, volume: np.ndarray, contrast_limits, point: list[float], device: str):
+    import torch
+
+    started = time.perf_counter()
+    state = official_volume_state(reference, volume, contrast_limits)
+    reference.add_new_points_or_box(state, 0, 1, points=[point], labels=[1])
+
+    def host(masks) -> np.ndarray:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return masks.cpu().numpy()
+
+    return _timed_planes(reference.propagate_in_video(state), started, host)
+
+
+def _timed_planes(planes, started: float, to_numpy) -> tuple[float, list[float], list[np.ndarray]]:
+    """(total seconds, seconds per plane, masks) of a propagation run."""
+    per_plane, masks, last = [], [], time.perf_counter()
+    for _, _, plane_masks in planes:
+        masks.append(to_numpy(plane_masks)[0, 0] > 0)
+        now = time.perf_counter()
+        per_plane.append(now - last)
+        last = now
+    return time.perf_counter() - started, per_plane, masks
+
+
+def run(
+    model_id: str = DEFAULT_MODEL,
+    planes: int = 20,
+    shape: tuple[int, int] = (512, 512),
+    repeats: int = 2,
+    seed: int = 0,
+    workdir: Path = Path(".bench"),
+    device: str = "cpu",
+) -> dict:
+    """Propagation through `planes` planes of `shape`, ours and the official, `repeats` runs each."""
+    import torch
+
+    repository = exported_repository(model_id, seed, workdir)
+    volume = bench_volume(planes, shape, seed)
+    point = [0.3 * shape[1], 0.3 * shape[0]]  # the first disk on the first plane
+    reference = official_video_predictor(model_id, seed, device)
+    runs: dict[str, list] = {"ours": [], "official": []}
+    with VolumePredictor(model_id, repository) as ours, torch.inference_mode():
+        limits = ours.init_state(volume).contrast_limits
+        for _ in range(repeats):
+            runs["ours"].append(_ours(ours, volume, point))
+            runs["official"].append(_official(reference, volume, limits, point, device))
+    ious = [mask_iou(a, b) for a, b in zip(runs["ours"][-1][2], runs["official"][-1][2])]
+    result = {
+        "benchmark": "volume",
+        "model": model_id,
+        "planes": planes,
+        "plane_shape": list(shape),
+        "repeats": repeats,
+        "reference_device": device,
+        "min_iou_vs_official": round(float(min(ious)), 5),
+        "triton": "not measured: the Triton session model does not serve the video graphs yet",
+    }
+    for name, measured in runs.items():
+        totals = [total for total, _, _ in measured]
+        per_plane = [s for _, seconds, _ in measured for s in seconds[1:]]  # the first plane is the prompted one
+        result[name] = {
+            "planes_per_s": round(planes / float(np.median(totals)), 3),
+            "run_s_median": round(float(np.median(totals)), 2),
+            "plane_ms_p50": round(float(np.median(per_plane)) * 1000, 1),
+        }
+    result["speedup"] = round(result["ours"]["planes_per_s"] / result["official"]["planes_per_s"], 2)
+    return result
