@@ -50,6 +50,24 @@ OBJ_PTR = "obj_ptr"  # float32 [B, 4, 256]: SAM2 video's object pointers (single
 HANDLE = "handle"  # bytes [B, 1]
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"  # starts the error message for an evicted or unknown handle
 
+# Session model, SAM2.1 volumes (`video.TritonVideo`; memories stay on the server behind handles).
+# track: HANDLE, MEMORY_HANDLES [B, T], MEMORY_TPOS int64 [B, T], OBJ_PTRS [B, P, C], OBJ_PTR_TPOS
+# [B, P] and the prompts -> the decoder's outputs and OBJ_PTR. remember: HANDLE, MASK_LOGITS
+# [B, 1, S, S], MASK_SCORE [B, 1], BINARIZE [B, 1] -> MEMORY_HANDLE. mask as output: HANDLE,
+# MASK [B, H, W] uint8 -> LOW_RES_LOGITS, OBJECT_SCORE, MASK_OBJ_PTR [B, C].
+MEMORY_HANDLES = "memory_handles"
+MEMORY_TPOS = "memory_tpos"
+OBJ_PTRS = "obj_ptrs"
+OBJ_PTR_TPOS = "obj_ptr_tpos"
+MASK_LOGITS = "mask_logits"
+MASK_SCORE = "mask_score"
+BINARIZE = "binarize"
+MASK = "mask"
+MEMORY_HANDLE = "memory_handle"
+LOW_RES_LOGITS = "low_res_logits"
+MASK_OBJ_PTR = "mask_obj_ptr"
+UNKNOWN_MEMORY = "UNKNOWN_MEMORY"  # starts the error message for an evicted or unknown memory handle
+
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
 
@@ -75,6 +93,7 @@ METADATA_FILE = "triton_sam.json"
 MODEL_ID_PARAMETER = "triton_sam_model_id"  # config.pbtxt parameters
 COMPONENT_PARAMETER = "triton_sam_component"  # "encoder", "decoder" or "session"
 CONTRACT_VERSION_PARAMETER = "triton_sam_contract_version"
+VIDEO_SETTINGS_PARAMETER = "triton_sam_video_settings"  # the session model's SAM2.1 video settings (JSON), if it has video graphs
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome} on Triton's metrics endpoint
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

@@ -160,3 +160,95 @@ def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthe
     (response,) = model.run([_Request(image=np.zeros((1, 8, 8, 2), np.uint8))])
     assert response.error.code == _Error.INVALID_ARG and "uint8 [B, H, W, 1 or 3]" in response.error.message
     assert len(model.cache.free) == model.cache.capacity
+
+
+def test_the_video_requests_share_the_clients_names(python_model):
+    from triton_sam.server.models import triton_sam_video
+
+    names = ("MASK", "MASK_LOGITS", "MEMORY_TPOS", "MEMORY_HANDLES", "OBJ_PTRS", "OBJ_PTR_TPOS", "MASK_SCORE", "BINARIZE")
+    names += ("MEMORY_HANDLE", "LOW_RES_LOGITS", "MASK_OBJ_PTR", "UNKNOWN_MEMORY")
+    assert {n: getattr(python_model, n) for n in names} == {n: getattr(contract, n) for n in names}
+    assert python_model.OBJECT_SCORE == contract.OBJECT_SCORE
+    assert triton_sam_video.TRACK_OUTPUTS == (*contract.DECODER_OUTPUTS, contract.OBJ_PTR)
+
+
+@pytest.mark.parametrize("buffers", ["off", "on"])
+def test_video_requests_compute_what_the_local_video_graphs_compute(python_model, exported_repository, buffers):
+    """Remember a mask, track with that memory, take a mask as the object's: the session model
+    (features as arrays or in buffers) gives what `LocalVideo` gives in process."""
+    from conftest import require_export_extra
+    from triton_sam.engines.local import LocalEngine
+    from triton_sam.features import FeatureCache
+    from triton_sam.prompts import DecodeRequest
+    from triton_sam.repository import locate
+    from triton_sam.video.graphs import LocalVideo
+    from triton_sam.video.memory import MemoryInputs
+
+    require_export_extra()
+    repository = exported_repository(TINY.model_id)
+    model = _session_model(python_model, repository, buffers)
+    local = LocalVideo(FeatureCache(LocalEngine(locate(TINY, repository), feature_device="cpu")))
+    image = _images()[0]
+    handle, plane = _encode(model, image), local.plane(image)
+    logits = np.random.default_rng(0).standard_normal((1, 1, 256, 256)).astype(np.float32) * 4
+    score = np.ones((1, 1), np.float32)
+
+    (remembered,) = model.run(
+        [_Request(handle=_handles(handle), mask_logits=logits, mask_score=score, binarize=np.ones((1, 1), np.float32))]
+    )
+    memory_handle = remembered.outputs[contract.MEMORY_HANDLE][0, 0]
+    np.testing.assert_array_equal(model.video.memories[memory_handle.decode()], local.remember(plane, logits, score, True))
+
+    inputs = MemoryInputs(
+        [local.remember(plane, logits, score, True)],
+        np.array([6]),
+        np.ones((2, 256), np.float32),
+        np.array([0.0, 0.5], np.float32),
+    )
+    request = DecodeRequest(np.array([[[100.0, 200.0]]], np.float32), np.array([[1]], np.int32), None)
+    expected = local.track(plane, inputs, request)
+    (tracked,) = model.run(
+        [
+            _Request(
+                handle=_handles(handle),
+                memory_handles=np.array([[memory_handle]], dtype=np.object_),
+                memory_tpos=inputs.memory_tpos[None],
+                obj_ptrs=inputs.obj_ptrs[None],
+                obj_ptr_tpos=inputs.obj_ptr_tpos[None],
+                point_coords=request.point_coords,
+                point_labels=request.point_labels,
+            )
+        ]
+    )
+    assert tracked.error is None
+    for name, array in zip((*contract.DECODER_OUTPUTS, contract.OBJ_PTR), vars(expected).values()):
+        np.testing.assert_allclose(tracked.outputs[name], array, rtol=1e-4, atol=1e-4)
+
+    mask = np.zeros((1, 120, 140), np.uint8)
+    mask[0, 30:90, 20:80] = 1
+    (taken,) = model.run([_Request(handle=_handles(handle), mask=mask)])
+    low_res, obj_score, obj_ptr = local.mask_as_output(plane, mask[0] > 0)
+    np.testing.assert_allclose(taken.outputs[contract.LOW_RES_LOGITS], low_res, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(taken.outputs[contract.OBJECT_SCORE], obj_score)
+    np.testing.assert_allclose(taken.outputs[contract.MASK_OBJ_PTR][0], obj_ptr, rtol=1e-4, atol=1e-4)
+
+    (lost,) = model.run(
+        [
+            _Request(
+                handle=_handles(handle),
+                memory_handles=np.array([[b"nope"]], dtype=np.object_),
+                memory_tpos=np.zeros((1, 1), np.int64),
+                obj_ptrs=np.zeros((1, 0, 256), np.float32),
+                obj_ptr_tpos=np.zeros((1, 0), np.float32),
+                point_coords=request.point_coords,
+                point_labels=request.point_labels,
+            )
+        ]
+    )
+    assert lost.error.code == _Error.NOT_FOUND and lost.error.message.startswith(contract.UNKNOWN_MEMORY)
+    (bad,) = model.run([_Request(handle=_handles(handle), mask=np.zeros((2, 3), np.uint8))])
+    assert bad.error.code == _Error.INVALID_ARG and "mask must be [1, H, W]" in bad.error.message
+
+
+def _handles(handle: str) -> np.ndarray:
+    return np.array([[handle.encode()]], dtype=np.object_)

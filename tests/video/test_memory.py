@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from triton_sam.video.memory import FrameOutput, ObjectTrack, VideoSettings, memory_inputs, select_cond_frames, to_bfloat16
+from triton_sam.server.models.triton_sam_video import to_bfloat16
+from triton_sam.video.memory import FrameOutput, ObjectTrack, VideoSettings, memory_inputs, select_cond_frames
 
 SETTINGS = VideoSettings(
     image_size=1024,
@@ -35,7 +36,7 @@ def _output(plane: int) -> FrameOutput:
         pred_masks=np.zeros((1, 1, 4, 4), np.float32),
         obj_ptr=np.full(8, plane, np.float32),
         object_score_logits=np.ones((1, 1), np.float32),
-        maskmem=np.full((1, 2, 3, 3), plane, np.float32),
+        memory=np.full((1, 2, 3, 3), plane, np.float32),
     )
 
 
@@ -45,7 +46,7 @@ def _track(cond: list[int], non_cond: list[int]) -> ObjectTrack:
 
 def _chosen(inputs) -> tuple[list, list, list, list]:
     return (
-        [int(m[0, 0, 0]) for m in inputs.memory],
+        [int(m[0, 0, 0, 0]) for m in inputs.memories],
         inputs.memory_tpos.tolist(),
         [int(p[0]) for p in inputs.obj_ptrs],
         np.round(inputs.obj_ptr_tpos * 15).astype(int).tolist(),
@@ -80,7 +81,7 @@ def test_pointers_stop_at_the_stack_and_short_stacks_scale_their_distances():
 def test_a_plane_before_every_prompt_attends_with_no_pointer():
     inputs = memory_inputs(_track(cond=[8], non_cond=[]), 2, False, 10, SETTINGS)
     assert inputs.obj_ptrs.shape == (0, 8) and inputs.obj_ptr_tpos.shape == (0,)
-    assert [int(m[0, 0, 0]) for m in inputs.memory] == [8]
+    assert [int(m[0, 0, 0, 0]) for m in inputs.memories] == [8]
 
 
 def test_at_most_the_closest_prompted_planes_are_selected():

@@ -1,10 +1,13 @@
-"""`VolumePredictor` against the official `SAM2VideoPredictor`, same random-init weights (SAM2.1 tiny):
-the same prompts on the same stack must give the same masks on every plane, forwards and
-backwards, and the same object scores. Also what it does with bad input.
+"""`VolumePredictor` against the official `SAM2VideoPredictor`, same random-init weights (SAM2.1 tiny),
+locally and through a real Triton server: the same prompts on the same stack must give the same
+masks on every plane, forwards and backwards, and the same object scores. Also what it does with
+bad input.
 
-The official predictor reads frames from JPEG files; both are given the same planes instead
-(`bench.fixtures.official_volume_state`). Where sam2's CUDA extension is missing (here), the
-official predictor skips its hole filling, so ours is compared with it off too.
+A scenario (prompts, then propagations) runs once with the official predictor per test module,
+then with ours on each backend. The official predictor reads frames from JPEG files; both are
+given the same planes instead (`bench.fixtures.official_volume_state`). Where sam2's CUDA
+extension is missing (here), the official predictor skips its hole filling, so ours is compared
+with it off too.
 """
 
 from __future__ import annotations
@@ -22,6 +25,38 @@ MODEL = "sam2.1_hiera_tiny"
 MIN_IOU = 0.99
 SCORE_TOL = 1e-3
 SHAPE = (240, 320)
+H, W = SHAPE
+_DISK = (0.42 * H, 0.33 * W, 0.1 * H)
+
+# Steps: ("points" | "mask", plane, object, keywords) or ("propagate", keywords).
+SCENARIOS = {
+    "one object clicked on the middle plane, tracked through 20 planes both ways": (
+        20,
+        0,
+        [
+            ("points", 10, 1, dict(points=[[0.45 * W, 0.45 * H], [0.1 * W, 0.9 * H]], labels=[1, 0])),
+            ("propagate", {}),
+            ("propagate", dict(reverse=True)),
+        ],
+    ),
+    "a box and a mask on two objects, then a correction and tracking back from it": (
+        8,
+        1,
+        [
+            ("points", 2, "box", dict(box=[0.55 * W, 0.5 * H, 0.9 * W, 0.95 * H])),
+            ("mask", 3, "mask", None),
+            ("propagate", dict(max_frame_num_to_track=3)),
+            ("points", 5, "box", dict(points=[[0.7 * W, 0.6 * H]], labels=[0], clear_old_points=False)),
+            ("propagate", dict(start_frame_idx=5, max_frame_num_to_track=2, reverse=True)),
+        ],
+    ),
+}
+
+
+def _disk_mask() -> np.ndarray:
+    yy, xx = np.mgrid[:H, :W]
+    cy, cx, r = _DISK
+    return (yy - cy) ** 2 + (xx - cx) ** 2 < r**2
 
 
 def _official_fills_holes() -> bool:
@@ -32,108 +67,98 @@ def _official_fills_holes() -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def repository(exported_repository):
-    return exported_repository(MODEL)
+def _official_score(state: dict, obj: int, frame: int) -> float | None:
+    """The official state's newest object score of object `obj` on `frame` (prompted ones first)."""
+    for outputs in (state["temp_output_dict_per_obj"][obj], state["output_dict_per_obj"][obj]):
+        for key in ("cond_frame_outputs", "non_cond_frame_outputs"):
+            if frame in outputs[key]:
+                return outputs[key][frame]["object_score_logits"].item()
+    return None
+
+
+def _our_score(state, obj: int, frame: int) -> float | None:
+    track = state.tracks[obj]
+    for outputs in (track.temp_cond, track.temp_non_cond, track.cond, track.non_cond):
+        if frame in outputs:
+            return outputs[frame].object_score_logits.item()
+    return None
+
+
+def _run(steps, predictor, state, score, to_numpy) -> list[tuple]:
+    """(frame, object ids, mask logits, object scores) after each prompt and each propagated plane."""
+    records = []
+
+    def record(frame, obj_ids, masks) -> None:
+        records.append((frame, list(obj_ids), to_numpy(masks), [score(state, i, frame) for i in range(len(obj_ids))]))
+
+    for kind, *args in steps:
+        if kind == "points":
+            frame, obj, options = args
+            record(*predictor.add_new_points_or_box(state, frame, obj, **options))
+        elif kind == "mask":
+            frame, obj, _ = args
+            record(*predictor.add_new_mask(state, frame, obj, _disk_mask()))
+        else:
+            for result in predictor.propagate_in_video(state, **args[0]):
+                record(*result)
+    return records
 
 
 @pytest.fixture(scope="module")
-def predictors(repository):
+def official_records():
+    """The official predictor's records of each scenario, computed once."""
     require_export_extra()
     import torch
 
     torch.set_grad_enabled(False)
     reference = official_video_predictor(MODEL, PARITY_SEED)
-    with VolumePredictor(MODEL, repository, fill_hole_area=None if _official_fills_holes() else 0) as ours:
-        yield ours, reference
+    cache = {}
+
+    def records(name: str, contrast_limits) -> list[tuple]:
+        if name not in cache:
+            planes, seed, steps = SCENARIOS[name]
+            state = official_volume_state(reference, bench_volume(planes, SHAPE, seed), contrast_limits)
+            cache[name] = _run(steps, reference, state, _official_score, lambda masks: masks.numpy())
+        return cache[name]
+
+    return records
 
 
-def _check_plane(ours, state, reference, ref_state, frame, masks, ref_masks) -> None:
-    """Masks of every object on `frame` and their object scores equal the official ones."""
-    ref_masks = ref_masks.numpy()
-    assert masks.shape == ref_masks.shape == (len(state.obj_ids), 1, *SHAPE)
-    for obj, (mask, ref_mask) in enumerate(zip(masks, ref_masks)):
-        iou = mask_iou(mask[0] > 0, ref_mask[0] > 0)
-        assert iou >= MIN_IOU, f"plane {frame}, object {state.obj_ids[obj]}: IoU {iou:.4f}"
-        track = state.tracks[obj]
-        ours_out = next(
-            (o[frame] for o in (track.temp_cond, track.temp_non_cond, track.cond, track.non_cond) if frame in o), None
-        )
-        ref_out = _official_latest(ref_state, obj, frame)
-        if ours_out is None or ref_out is None:  # not prompted nor tracked there yet: absent
-            assert ours_out is None and ref_out is None and np.all(mask <= 0)
-            continue
-        score, ref_score = ours_out.object_score_logits.item(), ref_out["object_score_logits"].item()
-        assert abs(score - ref_score) <= SCORE_TOL, f"plane {frame}: object score {score} vs {ref_score}"
-
-
-def _official_latest(ref_state: dict, obj: int, frame: int) -> dict | None:
-    """The official state's newest output of object `obj` on `frame` (prompted ones first)."""
-    for outputs in (ref_state["temp_output_dict_per_obj"][obj], ref_state["output_dict_per_obj"][obj]):
-        for key in ("cond_frame_outputs", "non_cond_frame_outputs"):
-            if frame in outputs[key]:
-                return outputs[key][frame]
-    return None
-
-
-def _propagate_both(ours, state, reference, ref_state, **options) -> list[int]:
-    ours_planes = list(ours.propagate_in_video(state, **options))
-    ref_planes = list(reference.propagate_in_video(ref_state, **options))
-    assert [p[0] for p in ours_planes] == [p[0] for p in ref_planes]
-    for (frame, obj_ids, masks), (_, ref_ids, ref_masks) in zip(ours_planes, ref_planes):
-        assert obj_ids == list(ref_ids)
-        _check_plane(ours, state, reference, ref_state, frame, masks, ref_masks)
-    return [p[0] for p in ours_planes]
-
-
-@pytest.mark.parity
-def test_an_object_clicked_on_the_middle_plane_is_tracked_through_20_planes_both_ways_as_officially(predictors):
-    ours, reference = predictors
-    volume = bench_volume(20, SHAPE)
-    state = ours.init_state(volume)
-    ref_state = official_volume_state(reference, volume, state.contrast_limits)
-    h, w = SHAPE
-    points, labels = [[0.45 * w, 0.45 * h], [0.1 * w, 0.9 * h]], [1, 0]
-    frame, ids, masks = ours.add_new_points_or_box(state, 10, 1, points=points, labels=labels)
-    _, _, ref_masks = reference.add_new_points_or_box(ref_state, 10, 1, points=points, labels=labels)
-    _check_plane(ours, state, reference, ref_state, 10, masks, ref_masks)
-
-    assert _propagate_both(ours, state, reference, ref_state) == list(range(10, 20))
-    assert _propagate_both(ours, state, reference, ref_state, reverse=True) == list(range(10, -1, -1))
-
-
-@pytest.mark.parity
-def test_box_mask_and_correction_prompts_on_two_objects_give_the_official_masks(predictors):
-    ours, reference = predictors
-    volume = bench_volume(8, SHAPE, seed=1)
-    state = ours.init_state(volume)
-    ref_state = official_volume_state(reference, volume, state.contrast_limits)
-    h, w = SHAPE
-    box = [0.55 * w, 0.5 * h, 0.9 * w, 0.95 * h]
-    yy, xx = np.mgrid[:h, :w]
-    mask = (yy - 0.4 * h) ** 2 + (xx - 0.3 * w) ** 2 < (0.1 * h) ** 2
-    for predictor, st in ((ours, state), (reference, ref_state)):
-        predictor.add_new_points_or_box(st, 2, "box", box=box)
-    _, _, masks = ours.add_new_mask(state, 3, "mask", mask)
-    _, _, ref_masks = reference.add_new_mask(ref_state, 3, "mask", mask)
-    _check_plane(ours, state, reference, ref_state, 3, masks, ref_masks)
-    assert _propagate_both(ours, state, reference, ref_state, max_frame_num_to_track=3) == [2, 3, 4, 5]
-
-    # A correction on a tracked plane (kept with the earlier prompts), then tracking back from it.
-    correction = dict(points=[[0.7 * w, 0.6 * h]], labels=[0], clear_old_points=False)
-    _, _, masks = ours.add_new_points_or_box(state, 5, "box", **correction)
-    _, _, ref_masks = reference.add_new_points_or_box(ref_state, 5, "box", **correction)
-    _check_plane(ours, state, reference, ref_state, 5, masks, ref_masks)
-    assert _propagate_both(ours, state, reference, ref_state, start_frame_idx=5, max_frame_num_to_track=2, reverse=True) == [
-        5,
-        4,
-        3,
-    ]
-
-
-def test_bad_prompts_are_refused_and_change_nothing(repository):
+@pytest.fixture(params=["local", "triton"])
+def ours(request, exported_repository):
     require_export_extra()
-    with VolumePredictor(MODEL, repository) as ours:
+    fill = None if _official_fills_holes() else 0
+    if request.param == "local":
+        options = dict(model_repository=exported_repository(MODEL))
+    else:
+        options = dict(backend="triton", url=request.getfixturevalue("models_server").grpc_url)
+    with VolumePredictor(MODEL, fill_hole_area=fill, **options) as predictor:
+        yield predictor
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_plane_gets_the_official_masks_and_object_scores(name, ours, official_records):
+    planes, seed, steps = SCENARIOS[name]
+    state = ours.init_state(bench_volume(planes, SHAPE, seed))
+    records = _run(steps, ours, state, _our_score, lambda masks: masks)
+    expected = official_records(name, state.contrast_limits)
+    assert [r[0] for r in records] == [r[0] for r in expected]  # the same planes in the same order
+    for (frame, ids, masks, scores), (_, ref_ids, ref_masks, ref_scores) in zip(records, expected):
+        assert ids == ref_ids and masks.shape == ref_masks.shape == (len(ids), 1, *SHAPE)
+        for obj, (mask, ref_mask) in enumerate(zip(masks, ref_masks)):
+            iou = mask_iou(mask[0] > 0, ref_mask[0] > 0)
+            assert iou >= MIN_IOU, f"plane {frame}, object {ids[obj]}: IoU {iou:.4f}"
+        for score, ref_score in zip(scores, ref_scores):
+            assert (score is None) == (ref_score is None), f"plane {frame}: {scores} vs {ref_scores}"
+            assert score is None or abs(score - ref_score) <= SCORE_TOL, f"plane {frame}: {scores} vs {ref_scores}"
+    if name.startswith("one object"):
+        assert len(records) == 1 + 10 + 11  # the prompt, planes 10..19, then 10..0
+
+
+def test_bad_prompts_are_refused_and_change_nothing(exported_repository):
+    require_export_extra()
+    with VolumePredictor(MODEL, model_repository=exported_repository(MODEL)) as ours:
         state = ours.init_state(bench_volume(3, (64, 80)))
         with pytest.raises(InvalidInputError, match="no prompts|No object"):
             next(ours.propagate_in_video(state))
@@ -148,3 +173,5 @@ def test_bad_prompts_are_refused_and_change_nothing(repository):
         assert state.obj_ids == [] and state.tracks == []
         with pytest.raises(InvalidInputError, match="stack of planes"):
             ours.init_state(np.zeros((64, 80), np.uint8))
+    with pytest.raises(InvalidInputError, match="SAM2.1 model"):
+        VolumePredictor("mobile_sam", model_repository=exported_repository(MODEL))

@@ -71,7 +71,7 @@ def run(
     point = [0.3 * shape[1], 0.3 * shape[0]]  # the first disk on the first plane
     reference = official_video_predictor(model_id, seed, device)
     runs: dict[str, list] = {"ours": [], "official": []}
-    with VolumePredictor(model_id, repository) as ours, torch.inference_mode():
+    with VolumePredictor(model_id, model_repository=repository) as ours, torch.inference_mode():
         limits = ours.init_state(volume).contrast_limits
         for _ in range(repeats):
             runs["ours"].append(_ours(ours, volume, point))

@@ -238,6 +238,29 @@ class TritonEngine(Engine):
         masks, scores, object_scores = (result.as_numpy(n) for n in names)
         return DecodeResult(masks, scores, object_scores)
 
+    def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """One request to the session model about the image of `features` (its handle is added),
+        waiting up to the encode timeout; the image is encoded again if the server lost it."""
+        if features.handle is None or features.model_input is None:
+            raise ValueError("TritonEngine.call needs features from TritonEngine.encode")
+        for _ in range(REENCODE_ATTEMPTS):
+            handles = np.array([[features.handle.encode()]], dtype=np.object_)
+            try:
+                result = self.client.grpc.infer(
+                    self.spec.session_name,
+                    infer_inputs({contract.HANDLE: handles, **arrays}),
+                    outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
+                    headers=self.client.headers,
+                    client_timeout=self.encode_timeout_s,
+                )
+            except InferenceServerException as error:
+                if contract.UNKNOWN_HANDLE not in (error.message() or ""):
+                    raise self._error(error) from error
+                self._encode(features.model_input)  # lost (eviction, restart): the handle is content-based
+                continue
+            return {name: result.as_numpy(name) for name in outputs}
+        raise ServerModelError(f"The server on {self.client.url} keeps losing this image's embedding: its cache is too small.")
+
     def _error(self, error: InferenceServerException) -> Exception:
         if any(sign in (error.message() or "") for sign in _OVERLOADED):
             return ServerBusyError(
@@ -252,19 +275,28 @@ class TritonEngine(Engine):
         self.client.close()
 
 
-def _decode_inputs(handle: str, request: DecodeRequest) -> list[grpcclient.InferInput]:
-    """Handle and prompt tensors of a decode request; the mask only when there is one."""
-    batch = request.batch_size
+def prompt_arrays(request: DecodeRequest) -> dict[str, np.ndarray]:
+    """The prompt tensors of a request to the session model; the mask only when there is one."""
     arrays = {
-        contract.HANDLE: np.array([[handle.encode()]] * batch, dtype=np.object_),
         contract.POINT_COORDS: np.ascontiguousarray(request.point_coords, np.float32),
         contract.POINT_LABELS: np.ascontiguousarray(request.point_labels, np.int32),
     }
     if request.mask_input is not None:
         arrays[contract.MASK_INPUT] = np.ascontiguousarray(request.mask_input, np.float32)
+    return arrays
+
+
+def _decode_inputs(handle: str, request: DecodeRequest) -> list[grpcclient.InferInput]:
+    """Handle and prompt tensors of a decode request."""
+    handles = np.array([[handle.encode()]] * request.batch_size, dtype=np.object_)
+    return infer_inputs({contract.HANDLE: handles, **prompt_arrays(request)})
+
+
+def infer_inputs(arrays: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:
+    """gRPC input tensors of named arrays (object arrays of bytes go as BYTES)."""
     inputs = []
     for name, array in arrays.items():
-        datatype = "BYTES" if array.dtype == np.object_ else {np.float32: "FP32", np.int32: "INT32"}[array.dtype.type]
+        datatype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
         tensor = grpcclient.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)

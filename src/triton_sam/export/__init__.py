@@ -5,6 +5,7 @@ Only this package imports torch, and only when an export runs.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from functools import partial
@@ -19,7 +20,8 @@ from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
 from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, video_path, write_metadata
-from ..server.models import FEATURE_STORES_FILE, feature_stores_source, python_model_source
+from ..server.models import helper_sources, python_model_source
+from ..server.models.triton_sam_video import SETTINGS_FILE, has_video_graphs
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
 
 
@@ -71,9 +73,12 @@ def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION
     model_dir = Path(output) / spec.session_name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     (model_dir / "1" / "model.py").write_text(python_model_source())
-    (model_dir / "1" / FEATURE_STORES_FILE).write_text(feature_stores_source())
+    for name, source in helper_sources().items():
+        (model_dir / "1" / name).write_text(source)
     onnx.save(gather_graph(spec), model_dir / "1" / GATHER_FILE)
-    (model_dir / "config.pbtxt").write_text(session_config(spec, cache_size))
+    video = video_path(output, spec)
+    video_settings = json.loads((video / SETTINGS_FILE).read_text()) if has_video_graphs(video) else None
+    (model_dir / "config.pbtxt").write_text(session_config(spec, cache_size, video_settings))
     write_metadata(model_dir, _metadata(spec, "session"))
     return model_dir / "1" / "model.py"
 
@@ -125,12 +130,12 @@ def export_model(
                 shutil.rmtree(final)
             (staging / name).rename(final)
         written.append(onnx_path(output, name))
-    written.append(write_session_model(spec, output))
-    if spec.family == "sam2":
+    if spec.family == "sam2":  # before the session model, whose config then offers volumes
         from .sam2_video_onnx import export_video
 
         progress(f"Exporting {spec.model_id} video graphs ...")
         written += _staged(output, video_path(output, spec), partial(export_video, model, spec))
+    written.append(write_session_model(spec, output))
     return written
 
 
@@ -140,5 +145,6 @@ def _staged(output: Path, final: Path, write) -> list[Path]:
         written = write(Path(staging) / final.name)
         if final.exists():
             shutil.rmtree(final)
+        final.parent.mkdir(parents=True, exist_ok=True)
         (Path(staging) / final.name).rename(final)
     return [final / path.name for path in written]

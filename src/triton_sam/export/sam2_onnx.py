@@ -91,8 +91,20 @@ class Decoder(nn.Module):
         mask_input: torch.Tensor,
         has_mask_input: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        sparse, dense = self._prompt_embeddings(point_coords, point_labels, mask_input, has_mask_input)
-        masks, iou, _, object_scores = self.mask_decoder.predict_masks(
+        masks, iou, _, object_scores = self._decode(
+            image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input
+        )
+        single_mask, single_iou = self._single(masks, iou)
+        return masks[:, 1:], iou[:, 1:], single_mask, single_iou, object_scores
+
+    def _decode(self, image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input):
+        """The four tokens' masks, scores and output tokens, and the object score: the prompt
+        encoder (SAM2's padding point; the mask or `no_mask_embed`) and the mask decoder."""
+        sparse = self.prompt_encoder._embed_points(point_coords, point_labels, pad=True)
+        has_mask = has_mask_input.reshape(-1, 1, 1, 1)
+        no_mask = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
+        dense = self.prompt_encoder._embed_masks(mask_input) * has_mask + no_mask * (1 - has_mask)
+        return self.mask_decoder.predict_masks(
             image_embeddings=image_embed,
             image_pe=self.prompt_encoder.get_dense_pe(),
             sparse_prompt_embeddings=sparse,
@@ -100,16 +112,6 @@ class Decoder(nn.Module):
             repeat_image=False,
             high_res_features=[high_res_feats_0, high_res_feats_1],
         )
-        single_mask, single_iou = self._single(masks, iou)
-        return masks[:, 1:], iou[:, 1:], single_mask, single_iou, object_scores
-
-    def _prompt_embeddings(self, point_coords, point_labels, mask_input, has_mask_input) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sparse (points with SAM2's padding point) and dense (mask or `no_mask_embed`) embeddings."""
-        sparse = self.prompt_encoder._embed_points(point_coords, point_labels, pad=True)
-        has_mask = has_mask_input.reshape(-1, 1, 1, 1)
-        no_mask = self.prompt_encoder.no_mask_embed.weight.reshape(1, -1, 1, 1)
-        dense = self.prompt_encoder._embed_masks(mask_input) * has_mask + no_mask * (1 - has_mask)
-        return sparse, dense
 
     def _single(self, masks: torch.Tensor, iou: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The official single-mask choice among the four tokens' masks."""

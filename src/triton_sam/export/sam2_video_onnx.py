@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from .. import contract
 from ..registry import ModelSpec
-from ..video.graphs import (
+from ..server.models.triton_sam_video import (
     CONSTANTS_FILE,
     MASK_PROMPT_FILE,
     MEMORY_ATTENTION_FILE,
@@ -226,14 +226,8 @@ class TrackingDecoder(Decoder):
         self.fixed_no_obj_ptr = model.fixed_no_obj_ptr
 
     def forward(self, image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input):
-        sparse, dense = self._prompt_embeddings(point_coords, point_labels, mask_input, has_mask_input)
-        masks, iou, tokens, object_scores = self.mask_decoder.predict_masks(
-            image_embeddings=image_embed,
-            image_pe=self.prompt_encoder.get_dense_pe(),
-            sparse_prompt_embeddings=sparse,
-            dense_prompt_embeddings=dense,
-            repeat_image=False,
-            high_res_features=[high_res_feats_0, high_res_feats_1],
+        masks, iou, tokens, object_scores = self._decode(
+            image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input
         )
         single_mask, single_iou = self._single(masks, iou)
         appearing = (object_scores > 0).float().unsqueeze(-1)  # [B, 1, 1]

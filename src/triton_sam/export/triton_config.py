@@ -8,6 +8,8 @@ the server so that a decode request carries only a handle and the prompts.
 
 from __future__ import annotations
 
+import json
+
 from .. import contract
 from ..registry import ModelSpec
 
@@ -54,6 +56,7 @@ def _tensors(entries: list[str]) -> str:
 
 SESSION_MAX_BATCH = 16
 SESSION_CACHE_SIZE = 16
+SESSION_MEMORY_CACHE_SIZE = 512  # mask memories kept for volumes (1 MiB each for SAM2.1)
 
 
 def _parameters(spec: ModelSpec, component: str, **extra: str) -> str:
@@ -150,8 +153,31 @@ def decoder_config(spec: ModelSpec, tensorrt: bool = False) -> str:
     )
 
 
-def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str:
-    """config.pbtxt of the session model: encode (image -> handle) or decode (handle + prompts).
+def _video_tensors(spec: ModelSpec) -> tuple[list[str], list[str]]:
+    """The session model's inputs (all optional) and outputs of SAM2.1 volumes (see `contract`)."""
+    low, channels = spec.low_res_size, spec.feature_shapes["image_embed"][0]
+    inputs = [
+        (contract.MEMORY_HANDLES, "TYPE_STRING", (-1,)),
+        (contract.MEMORY_TPOS, "TYPE_INT64", (-1,)),
+        (contract.OBJ_PTRS, "TYPE_FP32", (-1, channels)),
+        (contract.OBJ_PTR_TPOS, "TYPE_FP32", (-1,)),
+        (contract.MASK_LOGITS, "TYPE_FP32", (1, low, low)),
+        (contract.MASK_SCORE, "TYPE_FP32", (1,)),
+        (contract.BINARIZE, "TYPE_FP32", (1,)),
+        (contract.MASK, "TYPE_UINT8", (-1, -1)),
+    ]
+    outputs = [
+        (contract.OBJ_PTR, "TYPE_FP32", (4, channels)),
+        (contract.MEMORY_HANDLE, "TYPE_STRING", (1,)),
+        (contract.LOW_RES_LOGITS, "TYPE_FP32", (1, low, low)),
+        (contract.MASK_OBJ_PTR, "TYPE_FP32", (channels,)),
+    ]
+    return [_tensor(*i, optional=True) for i in inputs], [_tensor(*o) for o in outputs]
+
+
+def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_settings: dict | None = None) -> str:
+    """config.pbtxt of the session model: encode (image -> handle) or decode (handle + prompts);
+    with `video_settings` (the model has video graphs) also the requests of volumes.
 
     One instance, so every request sees the same feature cache; the model chooses its own ONNX
     Runtime device. Its queue drops requests that waited 10 s (clients send shorter timeouts for
@@ -163,12 +189,21 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE) -> str
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
     ] + [_tensor(*i, optional=True) for i in prompts]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in decoder_outputs(spec)]
+    video = {}
+    if video_settings is not None:
+        video_inputs, video_outputs = _video_tensors(spec)
+        inputs, outputs = inputs + video_inputs, outputs + video_outputs
+        video = {
+            contract.VIDEO_SETTINGS_PARAMETER: json.dumps(video_settings, separators=(",", ":")).replace('"', '\\"'),
+            "memory_cache_size": str(SESSION_MEMORY_CACHE_SIZE),
+        }
     parameters = _parameters(
         spec,
         "session",
         encoder_model=spec.encoder_name,
         decoder_model=spec.decoder_name,
         cache_size=str(cache_size),
+        **video,
     )
     return (
         f'name: "{spec.session_name}"\nbackend: "python"\nmax_batch_size: {SESSION_MAX_BATCH}\n'

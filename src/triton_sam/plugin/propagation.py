@@ -125,12 +125,16 @@ class LabelPropagation:
             self._worker.quit()
 
     def close(self) -> None:
-        """Stop and let go of the tracking states and the predictor."""
-        self.stop()
+        """Stop, and let go of the tracking states and the predictor (once a running plane is done)."""
+        predictor, self._predictor, self._predictor_for = self._predictor, None, None
         self._states.clear()
-        if self._predictor is not None:
-            self._predictor.close()
-            self._predictor = None
+        if predictor is None:
+            return
+        if self._worker is None:
+            predictor.close()
+        else:
+            self._worker.finished.connect(predictor.close)
+            self.stop()
 
     def _volume_predictor(self, model: tuple[ModelSpec, Path], cache: FeatureCache | None) -> VolumePredictor:
         """One predictor per model and repository (made in the worker: it loads four graphs)."""
@@ -139,7 +143,9 @@ class LabelPropagation:
             if self._predictor is not None:
                 self._predictor.close()
             self._states.clear()
-            self._predictor = VolumePredictor(model[0].model_id, model[1], cache=cache, add_all_frames_to_correct_as_cond=True)
+            self._predictor = VolumePredictor(
+                model[0].model_id, model_repository=model[1], cache=cache, add_all_frames_to_correct_as_cond=True
+            )
             self._predictor_for = key
         return self._predictor
 

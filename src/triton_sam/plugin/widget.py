@@ -367,7 +367,6 @@ class TritonSamWidget(SettingsForm):
             return
         objects = layers.existing_objects_layer(self.viewer, self.image)
         axis = stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim)
-        cache = self.session.cache if self.chosen_backend() == "local" else None
         self._propagation.start(
             self.image,
             objects,
@@ -377,7 +376,7 @@ class TritonSamWidget(SettingsForm):
             self.chosen_direction(),
             self.chosen_max_planes(),
             (self.chosen_model(), self.chosen_repository()),
-            cache,
+            self.session.cache,  # the planes the panel encoded, on its engine (local or Triton)
         )
         self.propagate.setText("Stop propagating")
 

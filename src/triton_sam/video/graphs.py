@@ -1,29 +1,28 @@
-"""The exported SAM2 video graphs of one model, run in this process with ONNX Runtime."""
+"""Where a volume's planes and memories live: in this process (`LocalVideo`) or on a Triton server's
+session model (`TritonVideo`). Both run the same code on a plane's features
+(`server/models/triton_sam_video.py`); `VolumePredictor` talks to either alike.
+
+A plane is what `plane()` returns for an encoder input (features here, a handle there), a memory
+what `remember()` returns (an array here, a handle there).
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..engines.local import prompt_feeds
-from ..engines.providers import TENSORRT, usable_providers
-from ..errors import ModelFileError
+from ..engines.local import LocalEngine, prompt_feeds
+from ..engines.providers import TENSORRT
+from ..engines.triton import TritonEngine, prompt_arrays
+from ..errors import ModelFileError, ServerModelError
+from ..features import FeatureCache
 from ..prompts import DecodeRequest
-from ..repository import ExportedModel
+from ..server.models import triton_sam_video
 from .memory import MemoryInputs, VideoSettings
-
-# The file names `export.sam2_video_onnx` writes (kept here: the client does not import the exporter).
-MEMORY_ATTENTION_FILE = "memory_attention.onnx"
-MEMORY_ENCODER_FILE = "memory_encoder.onnx"
-TRACKING_DECODER_FILE = "tracking_decoder.onnx"
-MASK_PROMPT_FILE = "mask_prompt.onnx"
-SETTINGS_FILE = "video.json"
-CONSTANTS_FILE = "constants.npz"
 
 
 @dataclass(frozen=True)
@@ -38,73 +37,102 @@ class TrackingOutput:
     obj_ptr: np.ndarray  # [1, 4, C]: single-mask token's pointer, then the multimask tokens'
 
 
-class VideoGraphs:
-    """Memory attention, memory encoder, tracking decoder and mask prompt graphs of `exported`'s model."""
+class LocalVideo:
+    """Planes encoded by a local engine (features cached by content), video graphs in this process."""
 
-    def __init__(self, exported: ExportedModel, *, providers: list[str] | None = None, intra_op_threads: int = 0) -> None:
-        directory = exported.video_dir
-        if not (directory / SETTINGS_FILE).is_file():
+    def __init__(self, cache: FeatureCache, *, intra_op_threads: int = 0) -> None:
+        engine = cache.engine
+        if not isinstance(engine, LocalEngine):
+            raise TypeError("LocalVideo needs a local engine's feature cache")
+        directory = engine.exported.video_dir
+        if not triton_sam_video.has_video_graphs(directory):
             raise ModelFileError(
-                f"{exported.spec.model_id} has no video graphs in {directory}: it was exported before triton-sam "
+                f"{engine.spec.model_id} has no video graphs in {directory}: it was exported before triton-sam "
                 f"could propagate through volumes, or its family has none. Export it again "
-                f"(`triton-sam setup {exported.spec.model_id}` or `triton-sam export ... --checkpoint PATH`)."
+                f"(`triton-sam setup {engine.spec.model_id}` or `triton-sam export ... --checkpoint PATH`)."
             )
-        self.settings = VideoSettings.from_dict(json.loads((directory / SETTINGS_FILE).read_text()))
-        with np.load(directory / CONSTANTS_FILE) as constants:
-            self.no_mem_embed = constants["no_mem_embed"].reshape(1, -1, 1, 1)
-            self.no_obj_ptr = constants["no_obj_ptr"]
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
-        chosen = [p for p in providers or usable_providers() if p != TENSORRT]  # dynamic memory lengths
-        self._attention = _session(directory / MEMORY_ATTENTION_FILE, options, chosen)
-        self._memory_encoder = _session(directory / MEMORY_ENCODER_FILE, options, chosen)
-        self._decoder = _session(directory / TRACKING_DECODER_FILE, options, chosen)
-        self._mask_prompt = _session(directory / MASK_PROMPT_FILE, options, chosen)
+        providers = [p for p in engine.providers if p != TENSORRT]  # memory lengths vary
 
-    def raw_features(self, image_embed: np.ndarray) -> np.ndarray:
-        """The backbone's features as the video predictor uses them: the encoder adds
-        `no_mem_embed` (what an initial conditioning plane gets), memory paths take them without."""
-        return image_embed - self.no_mem_embed
+        def open_session(path) -> ort.InferenceSession:
+            return ort.InferenceSession(str(path), sess_options=options, providers=providers)
 
-    def attend(self, pix_feat: np.ndarray, inputs: MemoryInputs) -> np.ndarray:
-        """Raw features [1, C, H, W] conditioned on the memories in `inputs`."""
-        feeds = {
-            "pix_feat": pix_feat,
-            "memory": inputs.memory,
-            "memory_tpos": inputs.memory_tpos,
-            "obj_ptrs": inputs.obj_ptrs,
-            "obj_ptr_tpos": inputs.obj_ptr_tpos,
+        self.cache = cache
+        self.graphs = triton_sam_video.VideoGraphs(directory, open_session)
+        self.settings = VideoSettings.from_dict(self.graphs.settings)
+
+    def plane(self, model_input: np.ndarray) -> dict[str, np.ndarray]:
+        return self.cache.features(model_input).host_arrays()
+
+    def track(self, plane: dict, inputs: MemoryInputs | None, request: DecodeRequest) -> TrackingOutput:
+        prompts = prompt_feeds(request, self.graphs.low_res)
+        if inputs is None:  # an initial conditioning plane: no memories
+            return TrackingOutput(*self.graphs.track(plane, [], None, None, None, prompts))
+        memories = (inputs.memories, inputs.memory_tpos, inputs.obj_ptrs, inputs.obj_ptr_tpos)
+        return TrackingOutput(*self.graphs.track(plane, *memories, prompts))
+
+    def remember(self, plane: dict, low_res: np.ndarray, score: np.ndarray, binarize: bool) -> np.ndarray:
+        return self.graphs.remember(plane, low_res, score, binarize)
+
+    def mask_as_output(self, plane: dict, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.graphs.mask_as_output(plane, mask)
+
+
+class TritonVideo:
+    """Planes and mask memories kept by a Triton server's session model; tracking runs there.
+
+    A plane is the engine's features (a handle, re-encoded if the server lost it); a memory is the
+    handle of a mask memory kept on the server (1 MiB each for SAM2.1), so a plane sends only
+    prompts, handles and object pointers, and gets back low-res masks.
+    """
+
+    def __init__(self, engine: TritonEngine) -> None:
+        self.engine = engine
+        config = engine.client.session_config(engine.spec)
+        settings = config.get("parameters", {}).get(contract.VIDEO_SETTINGS_PARAMETER, {}).get("string_value")
+        if not settings:
+            raise ServerModelError(
+                f"{engine.spec.session_name} on {engine.client.url} has no video graphs: export the model again "
+                "with this triton-sam and restart the server."
+            )
+        self.settings = VideoSettings.from_dict(json.loads(settings))
+
+    def plane(self, model_input: np.ndarray):
+        return self.engine.encode(model_input)
+
+    def track(self, plane, inputs: MemoryInputs | None, request: DecodeRequest) -> TrackingOutput:
+        size = self.engine.spec.feature_shapes["image_embed"][0]
+        arrays = {
+            contract.MEMORY_HANDLES: np.array([[h.encode() for h in inputs.memories]] if inputs else [[]], dtype=np.object_),
+            contract.MEMORY_TPOS: (inputs.memory_tpos if inputs else np.zeros(0, np.int64))[None],
+            contract.OBJ_PTRS: (inputs.obj_ptrs if inputs else np.zeros((0, size), np.float32))[None],
+            contract.OBJ_PTR_TPOS: (inputs.obj_ptr_tpos if inputs else np.zeros(0, np.float32))[None],
+            **prompt_arrays(request),
         }
-        (conditioned,) = self._attention.run(None, feeds)
-        return conditioned
+        return TrackingOutput(*self._call(plane, arrays, list(triton_sam_video.TRACK_OUTPUTS)).values())
 
-    def encode_memory(
-        self, pix_feat: np.ndarray, mask_logits: np.ndarray, object_score_logits: np.ndarray, binarize: bool
-    ) -> np.ndarray:
-        """A mask memory [1, M, H, W] of raw features and low-res mask logits [1, 1, S, S]."""
-        feeds = {
-            "pix_feat": pix_feat,
-            "mask_logits": np.ascontiguousarray(mask_logits, np.float32),
-            "object_score_logits": np.ascontiguousarray(object_score_logits, np.float32),
-            "binarize": np.array([float(binarize)], np.float32),
+    def remember(self, plane, low_res: np.ndarray, score: np.ndarray, binarize: bool) -> str:
+        arrays = {
+            contract.MASK_LOGITS: np.ascontiguousarray(low_res, np.float32).reshape(1, 1, *low_res.shape[-2:]),
+            contract.MASK_SCORE: np.ascontiguousarray(score, np.float32).reshape(1, 1),
+            contract.BINARIZE: np.array([[float(binarize)]], np.float32),
         }
-        (memory,) = self._memory_encoder.run(None, feeds)
-        return memory
+        return self._call(plane, arrays, [contract.MEMORY_HANDLE])[contract.MEMORY_HANDLE].reshape(-1)[0].decode()
 
-    def mask_prompt(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A boolean mask [H, W] -> (low-res logits, the decoder's mask prompt, object score logits)."""
-        low_res, prompt, score = self._mask_prompt.run(None, {"mask": mask.astype(np.float32)[None, None]})
-        return low_res, prompt, score
+    def mask_as_output(self, plane, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        outputs = [contract.LOW_RES_LOGITS, contract.OBJECT_SCORE, contract.MASK_OBJ_PTR]
+        low_res, score, obj_ptr = self._call(plane, {contract.MASK: np.asarray(mask, np.uint8)[None]}, outputs).values()
+        return low_res, score, obj_ptr[0]
 
-    def decode(self, features: dict[str, np.ndarray], request: DecodeRequest, low_res_size: int) -> TrackingOutput:
-        """The tracking decoder on feature maps (`image_embed` possibly memory-conditioned)."""
-        names = [*contract.DECODER_OUTPUTS, contract.OBJ_PTR]
-        outputs = self._decoder.run(names, {**features, **prompt_feeds(request, low_res_size)})
-        return TrackingOutput(*outputs)
-
-
-def _session(path: Path, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
-    try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
-    except Exception as error:  # ORT raises several unrelated types for unreadable models
-        raise ModelFileError(f"Cannot load {path}: {error}. Export the model again.") from error
+    def _call(self, plane, arrays: dict, outputs: list[str]) -> dict[str, np.ndarray]:
+        try:
+            return self.engine.call(plane, arrays, outputs)
+        except ServerModelError as error:
+            if contract.UNKNOWN_MEMORY in str(error):
+                raise ServerModelError(
+                    f"The server on {self.engine.client.url} no longer holds this object's memories: its memory cache "
+                    f"(`memory_cache_size` in {self.engine.spec.session_name}'s config.pbtxt) is too small for its "
+                    "clients' volumes. Propagate again from a prompted plane."
+                ) from error
+            raise

@@ -10,6 +10,7 @@ pointers of those planes and up to `max_obj_ptrs_in_encoder - 1` planes before i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class FrameOutput:
     pred_masks: np.ndarray  # float32 [1, 1, 256, 256] low-res logits (holes filled)
     obj_ptr: np.ndarray  # float32 [C]
     object_score_logits: np.ndarray  # float32 [1, 1]
-    maskmem: np.ndarray | None = None  # float32 [1, M, H, W], rounded to bfloat16; None until encoded
+    memory: Any = None  # its mask memory (an array, or a server's handle of one); None until encoded
 
 
 @dataclass
@@ -89,7 +90,7 @@ class ObjectTrack:
 class MemoryInputs:
     """The memory attention graph's inputs for one plane."""
 
-    memory: np.ndarray  # float32 [T, M, H, W]
+    memories: list  # T mask memories (arrays [1, M, H, W], or a server's handles)
     memory_tpos: np.ndarray  # int64 [T]: index into the temporal encodings
     obj_ptrs: np.ndarray  # float32 [P, C]
     obj_ptr_tpos: np.ndarray  # float32 [P]: signed plane distance / max distance
@@ -152,16 +153,8 @@ def memory_inputs(track: ObjectTrack, frame: int, reverse: bool, num_frames: int
 
     ptr_size = memories[0][1].obj_ptr.shape[-1]  # there is always a conditioning plane
     return MemoryInputs(
-        memory=np.concatenate([out.maskmem for _, out in memories]),
+        memories=[out.memory for _, out in memories],
         memory_tpos=np.array([num_maskmem - t_pos - 1 for t_pos, _ in memories], np.int64),
         obj_ptrs=np.array([out.obj_ptr for _, out in pointers], np.float32).reshape(-1, ptr_size),
         obj_ptr_tpos=np.array([pos / max(max_ptrs - 1, 1) for pos, _ in pointers], np.float32),
     )
-
-
-def to_bfloat16(array: np.ndarray) -> np.ndarray:
-    """float32 values rounded to bfloat16 (to nearest, ties to even), kept as float32: the video
-    predictor stores mask memories in bfloat16."""
-    bits = np.ascontiguousarray(array, np.float32).view(np.uint32)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return rounded.view(np.float32)

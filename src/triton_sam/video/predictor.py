@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from ..engines import create_engine
 from ..engines.local import LocalEngine
+from ..engines.triton import TritonEngine
 from ..errors import InvalidInputError
 from ..features import FeatureCache
 from ..image import ContrastLimits, encoder_input
@@ -17,12 +19,11 @@ from ..masks import fill_holes
 from ..predictor import LOW_RES_CLAMP, EngineOwner
 from ..prompts import DecodeRequest, model_request
 from ..registry import DEFAULT_MODEL, get_model
-from ..repository import locate
-from .graphs import VideoGraphs
-from .memory import FrameOutput, ObjectTrack, memory_inputs, to_bfloat16
+from ..server.models.triton_sam_video import PADDING
+from .graphs import LocalVideo, TritonVideo
+from .memory import FrameOutput, ObjectTrack, memory_inputs
 
 NO_OBJ_SCORE = -1024.0  # the logits of a plane where the object is absent (`sam2_base.NO_OBJ_SCORE`)
-_PADDING = (np.zeros((1, 1, 2), np.float32), np.full((1, 1), -1, np.int32))  # one padding point: no clicks
 HOLE_VALUE = 0.1  # what the video predictor fills small holes with (`misc.fill_holes_in_mask_scores`)
 
 
@@ -56,41 +57,49 @@ class VolumePredictor(EngineOwner):
     """Segment objects on some planes of a stack and propagate them through the others with
     SAM2.1's memory, as `sam2.sam2_video_predictor.SAM2VideoPredictor` does.
 
-    Planes are encoded by the local engine (features cached by content); the memory attention,
-    memory encoder and tracking decoder run from the model's exported video graphs. Coordinates
+    Planes are encoded by the engine of `backend` (features cached by content); the memory
+    attention, memory encoder and tracking decoder are the model's exported video graphs, run in
+    this process ("local") or by the Triton server's session model ("triton", memories kept there). Coordinates
     are (x, y) in plane pixels; masks come back as logits [objects, 1, H, W] (inside: above 0).
     The keyword options are the official predictor's (defaults: its settings at export); `cache`
-    lends the features of a local engine's `FeatureCache` (an interactive session's), which then
-    stays open when this predictor closes.
+    lends an engine's `FeatureCache` (an interactive session's), which then stays open when this
+    predictor closes; other keywords go to `create_engine` (e.g. `connection` for Triton).
     """
 
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
+        backend: str = "local",
         model_repository: str | Path | None = None,
         *,
         fill_hole_area: int | None = None,
         non_overlap_masks: bool | None = None,
         clear_non_cond_mem_around_input: bool | None = None,
         add_all_frames_to_correct_as_cond: bool | None = None,
-        providers: list[str] | None = None,
-        intra_op_threads: int = 0,
         cache: FeatureCache | None = None,
         cache_mb: float = 512,
+        **engine_options,
     ) -> None:
         self.spec = get_model(model)
         if self.spec.family != "sam2":
             raise InvalidInputError(f"Propagation through planes needs a SAM2.1 model, not {model}.")
-        exported = locate(self.spec, model_repository)
-        self.graphs = VideoGraphs(exported, providers=providers, intra_op_threads=intra_op_threads)
-        shared = cache is not None and isinstance(cache.engine, LocalEngine) and cache.engine.spec == self.spec
+        if backend not in ("local", "triton"):
+            raise InvalidInputError(f"Volumes run on the 'local' or 'triton' backend, not {backend!r}.")
+        shared = cache is not None and isinstance(cache.engine, LocalEngine | TritonEngine) and cache.engine.spec == self.spec
         self._owns_engine = not shared
         if shared:  # an interactive session's: planes it encoded are not encoded again
             self.engine, self.cache = cache.engine, cache
         else:
-            self.engine = LocalEngine(exported, providers=providers, intra_op_threads=intra_op_threads, feature_device="cpu")
+            if backend == "local":
+                engine_options.setdefault("feature_device", "cpu")
+            self.engine = create_engine(self.spec, backend, model_repository, **engine_options)
             self.cache = FeatureCache(self.engine, max_mb=cache_mb)
-        settings = self.graphs.settings
+        try:
+            self.video = TritonVideo(self.engine) if isinstance(self.engine, TritonEngine) else LocalVideo(self.cache)
+        except Exception:
+            self.close()
+            raise
+        settings = self.video.settings
         self.settings = settings
         self.fill_hole_area = settings.fill_hole_area if fill_hole_area is None else fill_hole_area
         self.non_overlap_masks = settings.non_overlap_masks if non_overlap_masks is None else non_overlap_masks
@@ -232,16 +241,12 @@ class VolumePredictor(EngineOwner):
         run_mem_encoder: bool = False,
     ) -> FrameOutput:
         """Decode one object on one plane with its prompts and memories (`SAM2Base.track_step`)."""
-        features = self._features(state, frame)
-        raw = self.graphs.raw_features(features["image_embed"])
-        if is_init_cond:
-            conditioned = features["image_embed"]  # the encoder's raw + no_mem_embed
-        else:
-            conditioned = self.graphs.attend(raw, memory_inputs(track, frame, reverse, state.num_frames, self.settings))
+        plane = self._plane(state, frame)
+        memories = None if is_init_cond else memory_inputs(track, frame, reverse, state.num_frames, self.settings)
         num_points = 0 if points is None else points[1].shape[1]
-        coords, labels = points or _PADDING  # no clicks: a padding point, as the official model
+        coords, labels = points or PADDING  # no clicks: a padding point, as the official model
         request = DecodeRequest(point_coords=coords, point_labels=labels, mask_input=prev_logits)
-        decoded = self.graphs.decode({**features, "image_embed": conditioned}, request, self.spec.low_res_size)
+        decoded = self.video.track(plane, memories, request)
         if self.settings.use_multimask(is_init_cond, num_points):
             best = int(np.argmax(decoded.multi_scores[0]))
             low_res, obj_ptr = decoded.multi_masks[:, best : best + 1], decoded.obj_ptr[0, 1 + best]
@@ -249,34 +254,26 @@ class VolumePredictor(EngineOwner):
             low_res, obj_ptr = decoded.single_mask, decoded.obj_ptr[0, 0]
         score = decoded.object_score_logits
         low_res = np.where(score.reshape(-1, 1, 1, 1) > 0, low_res, np.float32(NO_OBJ_SCORE)).astype(np.float32)
-        maskmem = None
-        if run_mem_encoder:
-            maskmem = self._memory(raw, low_res, score, from_points=points is not None)
-        return FrameOutput(self._fill_holes(low_res), obj_ptr, score, maskmem)
+        memory = self._remember(plane, low_res, score, from_points=points is not None) if run_mem_encoder else None
+        return FrameOutput(self._fill_holes(low_res), obj_ptr, score, memory)
 
     def _mask_as_output(self, state: VolumeState, frame: int, mask: np.ndarray) -> FrameOutput:
-        """A mask prompt taken as the object's mask; its pointer from the decoder given the mask
-        (`SAM2Base._use_mask_as_output`)."""
-        low_res, mask_prompt, score = self.graphs.mask_prompt(mask)
-        features = self._features(state, frame)
-        request = DecodeRequest(point_coords=_PADDING[0], point_labels=_PADDING[1], mask_input=mask_prompt)
-        raw = {**features, "image_embed": self.graphs.raw_features(features["image_embed"])}
-        decoded = self.graphs.decode(raw, request, self.spec.low_res_size)
-        obj_ptr = decoded.obj_ptr[0, 0] if score[0, 0] > 0 else self.graphs.no_obj_ptr
+        """A mask prompt taken as the object's mask (`SAM2Base._use_mask_as_output`)."""
+        low_res, score, obj_ptr = self.video.mask_as_output(self._plane(state, frame), mask)
         return FrameOutput(self._fill_holes(low_res), obj_ptr, score)
 
-    def _memory(self, raw: np.ndarray, low_res: np.ndarray, score: np.ndarray, from_points: bool) -> np.ndarray:
+    def _remember(self, plane, low_res: np.ndarray, score: np.ndarray, from_points: bool):
         binarize = self.settings.binarize_mask_from_pts_for_mem_enc and from_points
-        return to_bfloat16(self.graphs.encode_memory(raw, low_res, score, binarize))
+        return self.video.remember(plane, low_res, score, binarize)
 
     def _fill_holes(self, low_res: np.ndarray) -> np.ndarray:
         if not self.fill_hole_area:
             return low_res
         return fill_holes(low_res, self.fill_hole_area, value=HOLE_VALUE)
 
-    def _features(self, state: VolumeState, frame: int) -> dict[str, np.ndarray]:
-        plane = encoder_input(state.plane(frame), self.spec, state.contrast_limits)
-        return self.cache.features(plane).host_arrays()
+    def _plane(self, state: VolumeState, frame: int):
+        """Plane `frame` as the backend holds it (encoded on first use, cached by content)."""
+        return self.video.plane(encoder_input(state.plane(frame), self.spec, state.contrast_limits))
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -293,9 +290,9 @@ class VolumePredictor(EngineOwner):
         for obj_id, track in zip(state.obj_ids, state.tracks):
             for cond in (False, True):
                 for frame, out in track.temp(cond).items():
-                    if out.maskmem is None:
-                        raw = self.graphs.raw_features(self._features(state, frame)["image_embed"])
-                        out.maskmem = self._memory(raw, out.pred_masks, out.object_score_logits, from_points=True)
+                    if out.memory is None:
+                        plane = self._plane(state, frame)
+                        out.memory = self._remember(plane, out.pred_masks, out.object_score_logits, from_points=True)
                     track.outputs(cond)[frame] = out
                     if self.clear_non_cond_mem_around_input:
                         self._clear_non_cond_memories(track, frame)

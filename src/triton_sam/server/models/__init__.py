@@ -2,7 +2,8 @@
 
 from importlib import resources
 
-FEATURE_STORES_FILE = "triton_sam_features.py"  # the session model imports it from next to itself
+FEATURE_STORES_FILE = "triton_sam_features.py"  # the session model imports these from next to itself
+VIDEO_GRAPHS_FILE = "triton_sam_video.py"
 
 
 def python_model_source() -> str:
@@ -10,6 +11,6 @@ def python_model_source() -> str:
     return resources.files(__name__).joinpath("python_model.py").read_text()
 
 
-def feature_stores_source() -> str:
-    """Text of the session model's feature stores, written next to its `model.py`."""
-    return resources.files(__name__).joinpath(FEATURE_STORES_FILE).read_text()
+def helper_sources() -> dict[str, str]:
+    """File name -> text of the modules the session model imports, written next to its `model.py`."""
+    return {name: resources.files(__name__).joinpath(name).read_text() for name in (FEATURE_STORES_FILE, VIDEO_GRAPHS_FILE)}

@@ -29,6 +29,7 @@ import hashlib
 import json
 import sys
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,13 @@ COMPONENT_PARAMETER = "triton_sam_component"
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"
 GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
+UNKNOWN_MEMORY = "UNKNOWN_MEMORY"
+VIDEO_DIR = "video"
+# Volumes (SAM2.1): the inputs that tell a request's kind, and the other tensors.
+MASK, MASK_LOGITS, MEMORY_TPOS = "mask", "mask_logits", "memory_tpos"
+MEMORY_HANDLES, OBJ_PTRS, OBJ_PTR_TPOS = "memory_handles", "obj_ptrs", "obj_ptr_tpos"
+MASK_SCORE, BINARIZE, MEMORY_HANDLE = "mask_score", "binarize", "memory_handle"
+LOW_RES_LOGITS, MASK_OBJ_PTR, OBJECT_SCORE = "low_res_logits", "mask_obj_ptr", "object_score_logits"
 
 
 CANCEL_POLL_S = 0.003
@@ -55,6 +63,10 @@ class Cancelled(Exception):
 
 class UnknownHandle(KeyError):
     """The handle was never encoded here or has been evicted."""
+
+
+class UnknownMemory(KeyError):
+    """A mask memory handle was never made here or has been evicted."""
 
 
 def _has_cuda_device() -> bool:
@@ -141,6 +153,9 @@ def _failure(error: Exception) -> "pb_utils.InferenceResponse":
     if isinstance(error, UnknownHandle):
         message = f"{UNKNOWN_HANDLE}: no embedding for handle {error.args[0]} (evicted or never encoded)"
         return _error(message, pb_utils.TritonError.NOT_FOUND)
+    if isinstance(error, UnknownMemory):
+        message = f"{UNKNOWN_MEMORY}: no mask memory {error.args[0]} (evicted or never made)"
+        return _error(message, pb_utils.TritonError.NOT_FOUND)
     return _error(f"invalid request: {error}", pb_utils.TritonError.INVALID_ARG)
 
 
@@ -193,18 +208,22 @@ class SessionModel:
         self.low_res = low_res if isinstance(low_res, int) else 256
         on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
         self.batch_decodes = on_gpu
-        self.cache = _feature_store(self.encoder, params, on_gpu, model_dir)
+        self.cache = _feature_store(self.encoder, self.decoder, params, on_gpu, model_dir)
+        self.video = _video_requests(model_dir, params)
 
     def run(self, requests) -> list:
         responses = {}
         decodes = []
         for request in requests:  # encodes first: decodes then see slots no later encode can reuse
             try:
-                if pb_utils.get_input_tensor_by_name(request, IMAGE) is not None:
+                if self.video is not None and self.video.handles(request):
+                    responses[id(request)] = self.video.run(request, self._host_features(request))
+                    self.counts.add("video")
+                elif pb_utils.get_input_tensor_by_name(request, IMAGE) is not None:
                     responses[id(request)] = self._encode(request)
                 else:
                     decodes.append(request)
-            except ValueError as error:
+            except (UnknownHandle, UnknownMemory, ValueError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
         groups: dict = {}  # (points, outputs) -> [(request id, request, rows, prompts)]
@@ -233,6 +252,14 @@ class SessionModel:
                 self.cache.encode(handle, {IMAGE: image[None]}, self.encoder)
         self.counts.add("encoded")
         return _response([HANDLE], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
+
+    def _host_features(self, request) -> dict:
+        """The features of the request's one handle as numpy arrays."""
+        handle = _text(_required(request, HANDLE).reshape(-1)[0])
+        try:
+            return self.cache.host(self.cache.get(handle))
+        except KeyError:
+            raise UnknownHandle(handle) from None
 
     def _decode_inputs(self, request) -> tuple:
         """One request's rows (cached features, one per prompt set) and prompt tensors."""
@@ -276,7 +303,7 @@ class SessionModel:
         return responses
 
 
-def _feature_store(encoder, params: dict, on_gpu: bool, model_dir: Path):
+def _feature_store(encoder, decoder, params: dict, on_gpu: bool, model_dir: Path):
     """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
     sys.path.insert(0, str(Path(__file__).parent))  # the stores live next to this file
     from triton_sam_features import BufferFeatureStore, FeatureStore
@@ -288,8 +315,83 @@ def _feature_store(encoder, params: dict, on_gpu: bool, model_dir: Path):
         return FeatureStore(capacity, names)
     device = "cuda" if on_gpu else "cpu"
     gather = _ort_session(model_dir / GATHER_FILE)
-    shapes = [output.shape[1:] for output in encoder.get_outputs()]
+    # The decoder's inputs say the feature shapes (the encoder's outputs may be symbolic: any image size).
+    decoder_shapes = {i.name: i.shape[1:] for i in decoder.get_inputs()}
+    shapes = [decoder_shapes[name] for name in names]
     return BufferFeatureStore(capacity, names, shapes, device, gather)
+
+
+def _video_requests(model_dir: Path, params: dict):
+    """The model's volume requests if its video graphs were exported, else None."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from triton_sam_video import has_video_graphs
+
+    if not has_video_graphs(model_dir / VIDEO_DIR):
+        return None
+    return VideoRequests(model_dir / VIDEO_DIR, int(params.get("memory_cache_size", "512")))
+
+
+class VideoRequests:
+    """A volume's requests about one encoded plane (`handle`): track an object there, remember a
+    mask as a memory (kept here in a bounded LRU, returned as a handle), or take a mask as the
+    object's. Which memories a plane attends to is the client's choice."""
+
+    def __init__(self, directory: Path, capacity: int) -> None:
+        from triton_sam_video import TRACK_OUTPUTS, VideoGraphs
+
+        self.graphs = VideoGraphs(directory, _ort_session)
+        self.track_outputs = TRACK_OUTPUTS
+        self.capacity = max(1, capacity)
+        self.memories: OrderedDict = OrderedDict()
+
+    def handles(self, request) -> bool:
+        return any(pb_utils.get_input_tensor_by_name(request, name) is not None for name in (MASK, MASK_LOGITS, MEMORY_TPOS))
+
+    def run(self, request, features: dict) -> "pb_utils.InferenceResponse":
+        if pb_utils.get_input_tensor_by_name(request, MASK) is not None:
+            mask = _required(request, MASK)
+            if mask.ndim != 3 or mask.shape[0] != 1 or 0 in mask.shape:
+                raise ValueError(f"mask must be [1, H, W], got {list(mask.shape)}")
+            low_res, score, obj_ptr = self.graphs.mask_as_output(features, mask[0] > 0)
+            return _response([LOW_RES_LOGITS, OBJECT_SCORE, MASK_OBJ_PTR], [low_res, score, obj_ptr.reshape(1, -1)])
+        if pb_utils.get_input_tensor_by_name(request, MASK_LOGITS) is not None:
+            logits, score = _required(request, MASK_LOGITS), _required(request, MASK_SCORE)
+            binarize = bool(_required(request, BINARIZE).reshape(-1)[0] > 0.5)
+            memory = self.graphs.remember(features, logits, score, binarize)
+            digest = hashlib.blake2b(memory.tobytes(), digest_size=16).hexdigest()
+            self.memories[digest] = memory
+            self.memories.move_to_end(digest)
+            while len(self.memories) > self.capacity:
+                self.memories.popitem(last=False)
+            return _response([MEMORY_HANDLE], [np.array([[digest.encode()]], dtype=np.object_)])
+        return self._track(request, features)
+
+    def _track(self, request, features: dict) -> "pb_utils.InferenceResponse":
+        handles = [_text(h) for h in _required(request, MEMORY_HANDLES).reshape(-1)]
+        try:
+            memories = [self.memories[h] for h in handles]
+        except KeyError as error:
+            raise UnknownMemory(error.args[0]) from None
+        for handle in handles:
+            self.memories.move_to_end(handle)
+        mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
+        low = self.graphs.low_res
+        prompts = {
+            "point_coords": _required(request, "point_coords").astype(np.float32),
+            "point_labels": _required(request, "point_labels").astype(np.int32),
+            "mask_input": mask.as_numpy() if mask is not None else np.zeros((1, 1, low, low), np.float32),
+            "has_mask_input": np.full((1, 1), float(mask is not None), np.float32),
+        }
+        ptrs = _required(request, OBJ_PTRS)
+        outputs = self.graphs.track(
+            features,
+            memories,
+            _required(request, MEMORY_TPOS).reshape(-1),
+            ptrs.reshape(-1, ptrs.shape[-1]),
+            _required(request, OBJ_PTR_TPOS).reshape(-1),
+            prompts,
+        )
+        return _response(list(self.track_outputs), outputs)
 
 
 def _joined(arrays: list) -> np.ndarray:

@@ -38,6 +38,10 @@ class FeatureStore:
         """Run `encoder` on `feeds` (one image) and keep its outputs under `handle`."""
         self._put(handle, dict(zip(self.names, encoder.run(self.names, feeds))))
 
+    def host(self, entry) -> dict:
+        """One entry's features as numpy arrays [1, C, H, W] by name."""
+        return entry
+
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
         """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
         feeds = {name: _joined([row[name] for row in rows]) for name in self.names}
@@ -82,6 +86,9 @@ class BufferFeatureStore(FeatureStore):
             self.free.append(slot)
             raise
         self._put(handle, slot)
+
+    def host(self, slot: int) -> dict:
+        return {name: value.numpy() for name, value in zip(self.names, self._gathered([slot]))}
 
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
         binding = decoder.io_binding()
