@@ -46,7 +46,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
         "large": {"hover_s": 1.0, "planes": ("multiscale",), "backends": ("local",), "shape": (4096, 4096)},
-        "volume": {"planes": 3, "repeats": 1, "shape": (128, 128)},
+        "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
     },
 }
 
