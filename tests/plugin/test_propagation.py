@@ -10,6 +10,8 @@ from conftest import require_export_extra
 from triton_sam.bench.fixtures import bench_volume
 
 napari = pytest.importorskip("napari")
+from qtpy.QtCore import Qt  # noqa: E402
+from qtpy.QtTest import QTest  # noqa: E402
 from test_widget import click, key, start, world  # noqa: E402
 
 from triton_sam.plugin import layers  # noqa: E402
@@ -36,12 +38,12 @@ def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_i
     before = objects.data.copy()
 
     widget.direction.setCurrentText("Forwards")
-    widget.propagate.click()
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
     assert widget.propagate.text() == "Stop propagating"
     yielded = {}
     widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
     qtbot.waitUntil(lambda: len(yielded) >= 1, timeout=120000)
-    widget.propagate.click()  # stop: the plane being tracked is finished, no other starts
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)  # stop: the plane being tracked is finished, no other starts
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
 
     assert widget.propagate.text() == "Propagate label"

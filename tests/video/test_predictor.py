@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import PARITY_SEED, require_export_extra
-from triton_sam.bench.fixtures import bench_volume, official_video_predictor, official_volume_state
+from triton_sam.bench.fixtures import bench_volume, official_fills_holes, official_video_predictor, official_volume_state
 from triton_sam.bench.parity import mask_iou
 from triton_sam.errors import InvalidInputError
 from triton_sam.video import VolumePredictor
@@ -39,15 +39,15 @@ SCENARIOS = {
             ("propagate", dict(reverse=True)),
         ],
     ),
-    "a box and a mask on two objects, then a correction and tracking back from it": (
-        8,
+    "a box and a mask on two planes of 20, then a correction and tracking back from it": (
+        20,
         1,
         [
-            ("points", 2, "box", dict(box=[0.55 * W, 0.5 * H, 0.9 * W, 0.95 * H])),
-            ("mask", 3, "mask", None),
+            ("points", 8, "box", dict(box=[0.55 * W, 0.5 * H, 0.9 * W, 0.95 * H])),
+            ("mask", 9, "mask", None),
             ("propagate", dict(max_frame_num_to_track=3)),
-            ("points", 5, "box", dict(points=[[0.7 * W, 0.6 * H]], labels=[0], clear_old_points=False)),
-            ("propagate", dict(start_frame_idx=5, max_frame_num_to_track=2, reverse=True)),
+            ("points", 11, "box", dict(points=[[0.7 * W, 0.6 * H]], labels=[0], clear_old_points=False)),
+            ("propagate", dict(start_frame_idx=11, max_frame_num_to_track=2, reverse=True)),
         ],
     ),
 }
@@ -57,14 +57,6 @@ def _disk_mask() -> np.ndarray:
     yy, xx = np.mgrid[:H, :W]
     cy, cx, r = _DISK
     return (yy - cy) ** 2 + (xx - cx) ** 2 < r**2
-
-
-def _official_fills_holes() -> bool:
-    try:
-        from sam2 import _C  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def _official_score(state: dict, obj: int, frame: int) -> float | None:
@@ -127,7 +119,7 @@ def official_records():
 @pytest.fixture(params=["local", "triton"])
 def ours(request, exported_repository):
     require_export_extra()
-    fill = None if _official_fills_holes() else 0
+    fill = None if official_fills_holes() else 0
     if request.param == "local":
         options = dict(model_repository=exported_repository(MODEL))
     else:

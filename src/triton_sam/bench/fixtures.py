@@ -87,6 +87,16 @@ def official_video_predictor(model_id: str, seed: int, device: str = "cpu"):
     return video
 
 
+def official_fills_holes() -> bool:
+    """Whether the official video predictor can fill small holes here (it needs sam2's CUDA
+    extension and skips the step without it)."""
+    try:
+        from sam2 import _C  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def official_volume_state(reference, volume: np.ndarray, contrast_limits=None) -> dict:
     """The official predictor's `init_state` for the planes of `volume` (Z x H x W), each made as
     `SAM2ImagePredictor` makes an image (our uint8 conversion, then its transforms), instead of

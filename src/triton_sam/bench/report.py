@@ -332,7 +332,9 @@ def _volume(r: dict) -> str:
     return (
         f"One object clicked on the first of {r['planes']} planes of {r['plane_shape'][0]} x {r['plane_shape'][1]} px "
         f"(uint16, objects that move and change size) and tracked to the last; no plane encoded before a run; "
-        f"median of {r['repeats']} alternating runs, each on a new stack.\n\n"
+        f"median of {r['repeats']} alternating runs, each on a new stack"
+        + ("" if r.get("holes_filled", True) else "; small holes not filled by either (no sam2 CUDA extension here)")
+        + ".\n\n"
         + _table(["", "planes/s", "run s", "median ms a plane", "speed vs official", "lowest IoU vs official"], rows)
     )
 
