@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import require_export_extra
+from synthetic import disk_image
 from triton_sam.bench.fixtures import bench_volume
 
 napari = pytest.importorskip("napari")
@@ -61,11 +62,25 @@ def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_i
     np.testing.assert_array_equal(objects.data, before)
 
 
-def test_propagate_explains_what_it_needs(qtbot, viewer, synthetic_repository):
-    image = viewer.add_image(np.zeros((3, *SHAPE), np.uint8))
+def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_changes_nothing(qtbot, viewer, synthetic_repository):
+    stack = np.stack([disk_image(*SHAPE, [(60, 50, 25)])] * 3)
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 1)
+    viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    widget.propagate.click()
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
     assert "Commit an object on this plane" in widget.status.text()
+
+    click(viewer, world(image, 60, 50)[-2:])
+    key(viewer, "commit")
+    objects_name = layers.objects_name(image)
+    qtbot.waitUntil(lambda: objects_name in viewer.layers and np.any(viewer.layers[objects_name].data[1] == 1), timeout=30000)
+    before = viewer.layers[objects_name].data.copy()
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)  # the synthetic model has no video graphs
+    qtbot.waitUntil(lambda: not widget._propagation.running, timeout=30000)
+    assert "no video graphs" in widget.status.toolTip() and widget.propagate.text() == "Propagate label"
+    np.testing.assert_array_equal(viewer.layers[objects_name].data, before)
+
     flat = viewer.add_image(np.zeros(SHAPE, np.uint8))
     assert stack_axis(flat, 0, 2) is None
     assert stack_axis(image, viewer.dims.last_used, viewer.dims.ndim) == 0

@@ -88,7 +88,7 @@ class LabelPropagation:
         worker = create_worker(
             run, _progress={"total": total, "desc": "triton-sam: propagating"}, _ignore_errors=True, _start_thread=False
         )
-        done = []
+        done, failed = [], []
 
         def write(result) -> None:
             plane, plane_mask = result
@@ -108,11 +108,16 @@ class LabelPropagation:
                     "direction": direction,
                     "model": model[0].model_id,
                 }
-            self._set_status(f"Label {label} propagated to {len(done)} planes (Ctrl+Z on the objects layer undoes it).")
+            if not failed:  # an error stays in the status line
+                self._set_status(f"Label {label} propagated to {len(done)} planes (Ctrl+Z on the objects layer undoes it).")
             self._on_finished()
 
+        def error(exception: Exception) -> None:
+            failed.append(exception)
+            self._set_status(f"Error while propagating label {label} (planes done: {len(done)}): {exception}")
+
         worker.yielded.connect(write)
-        worker.errored.connect(lambda error: self._set_status(f"Error: {error}"))
+        worker.errored.connect(error)
         worker.finished.connect(finished)
         self._history = ExitStack()
         self._history.enter_context(objects.block_history())
