@@ -395,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         kind.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
         kind.add_argument("--shape", type=int, nargs=2, default=None, metavar=("H", "W"))
         kind.set_defaults(func=_cmd_bench_json)
-    bench_all = kinds.add_parser("all", help="every benchmark, results in one JSON file (full profile: ~30 min on 2 cores)")
+    bench_all = kinds.add_parser("all", help="every benchmark, results in one JSON file (full profile: ~45 min on 2 cores)")
     bench_all.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     bench_all.add_argument("--profile", default="full", choices=["full", "smoke"], help="smoke: tiny settings, to check it runs")
     bench_all.add_argument("--only", nargs="+", default=None, help="run only these benchmarks")
