@@ -187,7 +187,7 @@ class TritonSamWidget(SettingsForm):
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
         self._index = None
-        self.set_status(f"{engine.describe()}: ready.")
+        self.say_ready(f"{engine.describe()}: ready.")
         self._on_step()
 
     @ensure_main_thread
@@ -230,7 +230,7 @@ class TritonSamWidget(SettingsForm):
         if self.tiled:
             self._encode_view()
             return
-        self.set_status(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
+        self.say_ready(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
         self._prefetch_neighbours(index)
 
     @property
@@ -295,7 +295,7 @@ class TritonSamWidget(SettingsForm):
             progress = f"encoding the tiles in view: {done} of {visible}"
         else:
             progress = f"tiles in view ready; around it {done - visible} of {total - visible}"
-        self.set_status(f"{self.session.engine.describe()}: {progress}.")
+        self.say_ready(f"{self.session.engine.describe()}: {progress}.")
 
     def _prefetch_neighbours(self, index: tuple[int, ...]) -> None:
         """Encode the planes one step away on each slider in the background (cached by content)."""
@@ -416,9 +416,11 @@ class TritonSamWidget(SettingsForm):
             return
         if self.viewer.dims.ndisplay == 3:
             self.session.leave()
-            self.set_status(THREE_D_STATUS)
-        else:
-            self.set_status(f"{self.session.engine.describe()}: ready.")
+        self.say_ready(f"{self.session.engine.describe()}: ready.")
+
+    def say_ready(self, text: str) -> None:
+        """Show news of encoding, unless the view is 3D: then the 3D hint stays (work may finish after the switch)."""
+        self.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else text)
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
