@@ -24,18 +24,32 @@ _CPU = ("CPUExecutionProvider",)
 _OPSET, _IR_VERSION = 18, 8  # ONNX Runtime >= 1.16 reads these
 
 
+def _replace_small_regions(logits: np.ndarray, regions_of, max_area: int, value: float) -> np.ndarray:
+    """`logits` with each 8-connected region of `regions_of(mask)` of at most `max_area` pixels set to `value`."""
+    replaced = np.array(logits, dtype=np.float32, copy=True)
+    for mask in replaced.reshape(-1, *replaced.shape[-2:]):
+        regions = label(regions_of(mask), connectivity=2)
+        small = np.bincount(regions.ravel()) <= max_area
+        small[0] = False  # label 0 is outside the regions
+        mask[small[regions]] = value
+    return replaced
+
+
 def fill_holes(low_res: np.ndarray, max_area: int, threshold: float = 0.0, value: float | None = None) -> np.ndarray:
     """`low_res` with each background region (logits <= `threshold`, 8-connected) of at most
     `max_area` pixels raised to `value`: `threshold` + 10 by default, as SAM2/SAM3's
     `postprocess_masks` does (SAM2's video predictor uses 0.1)."""
     value = threshold + 10.0 if value is None else value
-    filled = np.array(low_res, dtype=np.float32, copy=True)
-    for mask in filled.reshape(-1, *filled.shape[-2:]):
-        regions = label(mask <= threshold, connectivity=2)
-        small = np.bincount(regions.ravel()) <= max_area
-        small[0] = False  # label 0 is the foreground
-        mask[small[regions]] = value
-    return filled
+    return _replace_small_regions(low_res, lambda mask: mask <= threshold, max_area, value)
+
+
+def remove_small_regions(low_res: np.ndarray, max_area: int, threshold: float = 0.0) -> np.ndarray:
+    """SAM2's `postprocess_masks` with `max_hole_area` = `max_sprinkle_area` = `max_area`: small
+    holes filled (+10) and small foreground specks (logits > `threshold`) dropped (-10), both
+    found in the logits as given."""
+    holes = fill_holes(low_res, max_area, threshold)
+    specks = _replace_small_regions(low_res, lambda mask: mask > threshold, max_area, threshold - 10.0)
+    return np.where(specks != low_res, specks, holes)
 
 
 def _resize(nodes: list, source: str, sizes_hw: str, target: str) -> None:

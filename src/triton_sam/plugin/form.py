@@ -13,7 +13,9 @@ from qtpy.QtCore import QSettings
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFormLayout,
+    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -32,6 +34,7 @@ from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
 
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
 DIRECTIONS = {"Both ways": BOTH, "Forwards": FORWARDS, "Backwards": BACKWARDS}
+REGIONS = {"Whole plane": "plane", "Visible region": "view"}
 ENV_BACKEND = "TRITON_SAM_BACKEND"
 ENV_MODEL = "TRITON_SAM_MODEL"
 
@@ -92,6 +95,17 @@ class SettingsForm(QWidget):
         self.max_planes.setRange(0, 1_000_000)
         self.max_planes.setSpecialValueText("all planes")
         self.max_planes.setSuffix(" planes")
+        self.segment_all = QPushButton("Segment all")
+        self.segment_all.setToolTip(
+            "Find every object on the plane on screen (or in the view) from a grid of point prompts, "
+            "into a new labels layer; the objects layer is not touched. Press again to stop."
+        )
+        self.region = QComboBox()
+        self.region.addItems(list(REGIONS))
+        self.points_per_side = _spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
+        self.pred_iou = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
+        self.stability = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
+        self.min_area = _spin(QSpinBox(), 0, 1_000_000, 0, "Remove holes and specks under this many pixels (0: keep all)")
         self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
         self.enabled.setChecked(True)
         self.status = QLabel("Not started.")
@@ -126,9 +140,26 @@ class SettingsForm(QWidget):
         for widget in (self.propagate, self.direction, self.max_planes):
             volume.addWidget(widget)
         layout.addLayout(volume)
+        layout.addWidget(self._segment_all_box())
         for widget in (self.enabled, self.status, keys):
             layout.addWidget(widget)
         layout.addStretch()
+
+    def _segment_all_box(self) -> QGroupBox:
+        box = QGroupBox("Automatic segmentation")
+        rows = QFormLayout(box)
+        run = QHBoxLayout()
+        run.addWidget(self.segment_all)
+        run.addWidget(self.region)
+        rows.addRow(run)
+        for label, field in (
+            ("Points per side", self.points_per_side),
+            ("Predicted IoU >", self.pred_iou),
+            ("Stability >=", self.stability),
+            ("Min. region (px)", self.min_area),
+        ):
+            rows.addRow(label, field)
+        return box
 
     # --- what the form says ---------------------------------------------------------------------
 
@@ -143,6 +174,19 @@ class SettingsForm(QWidget):
     def chosen_max_planes(self) -> int | None:
         """How many planes to track each way; None: to the end of the stack."""
         return self.max_planes.value() or None
+
+    def chosen_region(self) -> str:
+        """ "plane" or "view": what Segment all segments."""
+        return REGIONS[self.region.currentText()]
+
+    def automatic_options(self) -> dict:
+        """The generator's parameters the form sets (the rest keep the official defaults)."""
+        return {
+            "points_per_side": self.points_per_side.value(),
+            "pred_iou_thresh": round(self.pred_iou.value(), 3),
+            "stability_score_thresh": round(self.stability.value(), 3),
+            "min_mask_region_area": self.min_area.value(),
+        }
 
     def chosen_model(self) -> ModelSpec:
         return get_model(self.model.currentText())
@@ -169,3 +213,14 @@ class SettingsForm(QWidget):
         s.setValue("model", self.model.currentText())
         s.setValue("repository", self.repository.text())
         s.setValue("disk_cache", "true" if self.disk_cache.isChecked() else "false")
+
+
+def _spin(field, low, high, value, tip: str):
+    """`field` (a QSpinBox or QDoubleSpinBox) with its range, value and tooltip set."""
+    field.setRange(low, high)
+    if isinstance(field, QDoubleSpinBox):
+        field.setDecimals(2)
+        field.setSingleStep(0.05)
+    field.setValue(value)
+    field.setToolTip(tip)
+    return field

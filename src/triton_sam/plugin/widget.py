@@ -27,6 +27,7 @@ from ..registry import MODELS
 from ..session import InteractiveSession, ObjectPrompts, Preview
 from ..tiles import Tile, view_order
 from . import bindings, layers
+from .automatic import VIEW, AutomaticSegmentation
 from .form import SettingsForm
 from .propagation import LabelPropagation, stack_axis
 
@@ -60,6 +61,7 @@ class TritonSamWidget(SettingsForm):
         self._key_actions: dict[str, object] = {}
         self._encode_all_worker = None
         self._propagation = LabelPropagation(self.set_status, lambda: self.propagate.setText("Propagate label"))
+        self._automatic = AutomaticSegmentation(self.set_status, lambda: self.segment_all.setText("Segment all"))
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
         self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
         self._view_timer.timeout.connect(self._encode_view)
@@ -69,6 +71,7 @@ class TritonSamWidget(SettingsForm):
         self.start.clicked.connect(self.connect_engine)
         self.encode_all.clicked.connect(self.toggle_encode_all)
         self.propagate.clicked.connect(self.toggle_propagate)
+        self.segment_all.clicked.connect(self.toggle_segment_all)
         self.enabled.toggled.connect(self._on_enabled)
         self._hook()
         self._refresh_layers()
@@ -352,7 +355,6 @@ class TritonSamWidget(SettingsForm):
 
     def _encode_all_finished(self) -> None:
         self._encode_all_worker = None
-        self._propagation = LabelPropagation(self.set_status, lambda: self.propagate.setText("Propagate label"))
         self.encode_all.setText("Encode all planes")
 
     def toggle_propagate(self) -> None:
@@ -393,6 +395,26 @@ class TritonSamWidget(SettingsForm):
         if self.chosen_model().family != "sam2":
             return "Propagation through planes needs a SAM2.1 model."
         return None
+
+    def toggle_segment_all(self) -> None:
+        """Segment everything on the plane on screen (or in the view) into a new labels layer;
+        pressed again, stop."""
+        if self._automatic.running:
+            self._automatic.stop()
+            return
+        if not self.ready:
+            self.set_status("Press Start and wait for the plane to be encoded first.")
+            return
+        where = self.chosen_region()
+        if self.tiled and where != VIEW:
+            self.set_status("This plane is large: choose 'Visible region' and zoom in to the part to segment.")
+            return
+        session = self.session
+        self._automatic.start(
+            self.viewer, self.image, self._index, where, session.engine, session.cache, self.automatic_options()
+        )
+        if self._automatic.running:
+            self.segment_all.setText("Stop segmenting")
 
     @property
     def ready(self) -> bool:
@@ -518,6 +540,7 @@ class TritonSamWidget(SettingsForm):
         """Stop decoding and let go of the engine; results still in flight are ignored."""
         self._closed = True
         self._propagation.close()
+        self._automatic.stop()
         if self.session is not None:
             self.destroyed.disconnect(self._shut_down_on_delete)
             self.session.close()

@@ -1,0 +1,133 @@
+"""Segment all from the dock widget: every object on the plane on screen (or in the view) into a
+new Labels layer, from the panel's engine and its cache of encoded planes.
+
+The generator runs in a napari thread worker with a napari progress bar over its decoder
+batches; stopping cancels between batches (and the running call). The layer is made only when
+the run has finished, so a stopped run leaves nothing behind, and the objects layer is never
+touched. The new layer covers just the region segmented, placed on its plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from napari.layers import Image, Labels
+from napari.qt.threading import create_worker
+from napari.utils import progress
+from superqt.utils import ensure_main_thread
+
+from ..automatic import AutomaticMaskGenerator, label_image
+from ..engines import CancelToken, Engine
+from ..errors import DecodeCancelled
+from ..features import FeatureCache
+from . import layers
+
+AUTOMATIC_SUFFIX = " [triton-sam automatic]"
+AUTOMATIC_KEY = "triton_sam_automatic"  # in the layer's metadata: image, plane, region, model, parameters
+PLANE, VIEW = "plane", "view"
+Region = tuple[int, int, int, int]  # rows y0:y1, columns x0:x1 of the plane
+
+
+def region_of(image: Image, where: str) -> Region:
+    """The part of the plane to segment: all of it, or what the canvas shows of it."""
+    height, width = layers.plane_shape(image)
+    if where == PLANE:
+        return 0, 0, height, width
+    y0, x0, y1, x1 = layers.visible_region(image)
+    return max(y0, 0), max(x0, 0), min(y1, height), min(x1, width)
+
+
+def add_automatic_layer(viewer, image: Image, index: tuple[int, ...], region: Region, labels: np.ndarray, record: dict) -> Labels:
+    """A Labels layer holding `labels` (the region's objects) where the region lies on plane `index`."""
+    y0, x0 = region[:2]
+    data = labels.reshape((1,) * len(index) + labels.shape)
+    translate = np.asarray(image.translate) + np.asarray((*index, y0, x0)) * np.asarray(image.scale)
+    layer = viewer.add_labels(
+        data,
+        name=f"{image.name}{AUTOMATIC_SUFFIX}",
+        scale=image.scale,
+        translate=translate,
+        metadata={AUTOMATIC_KEY: record},
+    )
+    objects = layers.existing_objects_layer(viewer, image)
+    layers.place_above(viewer, objects if objects is not None else image, layer)
+    return layer
+
+
+class AutomaticSegmentation:
+    """Runs Segment all for the widget, one run at a time; `stop` cancels the running one."""
+
+    def __init__(self, set_status: Callable[[str], None], on_finished: Callable[[], None]) -> None:
+        self._set_status = set_status
+        self._on_finished = on_finished
+        self._cancel: CancelToken | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._cancel is not None
+
+    def start(
+        self,
+        viewer,
+        image: Image,
+        index: tuple[int, ...],
+        where: str,
+        engine: Engine,
+        cache: FeatureCache,
+        options: dict,
+    ) -> None:
+        """Segment everything in `where` (PLANE or VIEW) of plane `index` of `image`."""
+        region = region_of(image, where)
+        y0, x0, y1, x1 = region
+        if y1 <= y0 or x1 <= x0:
+            self._set_status("The view does not show the image: pan to it, or segment the whole plane.")
+            return
+        data = layers.plane_data(image, index)[y0:y1, x0:x1]
+        contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
+        generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
+        bar = progress(total=generator.batches((y1 - y0, x1 - x0)), desc="triton-sam: segment all")
+        cancel = CancelToken()
+
+        @ensure_main_thread
+        def advance(done: int, total: int) -> None:
+            bar.update(done - bar.n)
+            self._set_status(f"Segment all: {done} of {total} batches of points decoded.")
+
+        def run() -> np.ndarray:
+            found = generator.find(np.asarray(data), contrast, advance, cancel)
+            return label_image(found, (y1 - y0, x1 - x0))
+
+        def returned(labels: np.ndarray) -> None:
+            record = {
+                "image": image.name,
+                "plane": list(index),
+                "region": list(region),
+                "model": engine.spec.model_id,
+                "parameters": options,
+            }
+            layer = add_automatic_layer(viewer, image, index, region, labels, record)
+            self._set_status(f"Segment all: {int(labels.max())} objects in the new layer '{layer.name}'.")
+
+        def failed(error: Exception) -> None:
+            if isinstance(error, DecodeCancelled):
+                self._set_status("Segment all stopped: nothing was written.")
+            else:
+                self._set_status(f"Error in Segment all: {error}")
+
+        def finished() -> None:
+            bar.close()
+            self._cancel = None
+            self._on_finished()
+
+        worker = create_worker(run, _ignore_errors=True, _start_thread=False)
+        worker.returned.connect(returned)
+        worker.errored.connect(failed)
+        worker.finished.connect(finished)
+        self._cancel = cancel
+        self._set_status(f"Segment all: {where} of {y1 - y0} x {x1 - x0} px ...")
+        worker.start()
+
+    def stop(self) -> None:
+        if self._cancel is not None:
+            self._cancel.cancel()

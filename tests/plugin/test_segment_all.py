@@ -1,0 +1,67 @@
+"""Segment all in a real napari viewer under Xvfb, clicked with real Qt events: the synthetic model
+(which answers a point with the parts of the bright disks near it) finds the disks of a plane of a
+scaled stack;
+the objects are placed on that plane, other layers are untouched, and a stopped run writes nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from synthetic import disk_image
+
+napari = pytest.importorskip("napari")
+from napari.layers import Labels  # noqa: E402
+from qtpy.QtCore import Qt  # noqa: E402
+from test_widget import start  # noqa: E402
+
+from triton_sam.plugin.automatic import AUTOMATIC_KEY, AUTOMATIC_SUFFIX  # noqa: E402
+
+H, W = 240, 400
+DISKS = [(90, 80, 40), (300, 150, 50)]
+
+
+def _disk(x: float, y: float, r: float) -> np.ndarray:
+    yy, xx = np.mgrid[:H, :W]
+    return (xx - x) ** 2 + (yy - y) ** 2 <= r**2
+
+
+def _automatic_layers(viewer) -> list[Labels]:
+    return [layer for layer in viewer.layers if layer.name.endswith(AUTOMATIC_SUFFIX)]
+
+
+def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes_nothing(qtbot, viewer, synthetic_repository):
+    stack = np.stack([disk_image(H, W, []), disk_image(H, W, DISKS)])
+    image = viewer.add_image(stack, scale=(3.0, 0.5, 2.0), translate=(1.0, 10.0, -30.0))
+    others = viewer.add_labels(
+        np.full((2, H, W), 7, np.uint8), name="someone else's labels", opacity=0.1, scale=image.scale, translate=image.translate
+    )
+    viewer.dims.set_current_step(0, 1)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    widget.points_per_side.setValue(12)
+    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(_automatic_layers(viewer)) == 1 and widget.segment_all.text() == "Segment all", timeout=60000)
+
+    (found,) = _automatic_layers(viewer)
+    assert found.data.shape == (1, H, W)
+    assert found.data_to_world((0, 0, 0)) == pytest.approx(image.data_to_world((1, 0, 0)))  # on plane 1
+    labels = found.data[0]
+    disks = [_disk(*disk) for disk in DISKS]
+    inside = np.logical_or(*disks)
+    assert np.count_nonzero((labels > 0) & inside) >= 0.98 * np.count_nonzero(labels)  # objects are disk pixels
+    for disk in disks:
+        assert np.count_nonzero((labels > 0) & disk) >= 0.8 * np.count_nonzero(disk)  # every disk is found
+    assert labels.max() == len(np.unique(labels)) - 1 >= len(DISKS)  # ids 1..n, none lost
+    assert found.metadata[AUTOMATIC_KEY]["plane"] == [1]
+    assert np.all(others.data == 7) and "objects" not in " ".join(layer.name for layer in viewer.layers)
+
+    widget.points_per_side.setValue(128)  # 256 batches: time enough to stop it
+    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "batches" in widget.status.text(), timeout=30000)
+    assert widget.segment_all.text() == "Stop segmenting"
+    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: widget.segment_all.text() == "Segment all", timeout=30000)
+    assert widget.status.text().startswith("Segment all stopped")
+    assert len(_automatic_layers(viewer)) == 1
+    widget.close_session()
