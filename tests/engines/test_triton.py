@@ -69,6 +69,22 @@ def test_triton_predictor_gives_the_local_masks(synthetic_server, synthetic_repo
         assert masks[1][100, 100] and not masks[1][200, 300]
 
 
+def test_more_prompt_sets_than_the_servers_batch_size_are_split_and_joined_in_order(synthetic_server, synthetic_repository):
+    rng = np.random.default_rng(0)
+    coords = rng.uniform((0, 0), (IMAGE.shape[1], IMAGE.shape[0]), size=(40, 1, 2)).astype(np.float32)
+    prompts = {"point_coords": coords, "point_labels": np.ones((40, 1), np.int32)}
+    with (
+        Predictor(backend="triton", url=synthetic_server.grpc_url) as remote,
+        Predictor(model_repository=synthetic_repository) as local,
+    ):
+        assert remote.engine.max_batch is not None and remote.engine.max_batch < 40
+        for predictor in (remote, local):
+            predictor.set_image(IMAGE)
+        for a, b in zip(remote.predict(**prompts), local.predict(**prompts), strict=True):
+            assert a.shape[0] == 40
+            np.testing.assert_array_equal(a, b)
+
+
 def test_concurrent_decodes_batched_on_the_server_each_get_their_own_masks(synthetic_server, synthetic_repository):
     remote = TritonEngine(TINY, TritonConnection(synthetic_server.grpc_url))
     local = create_engine(TINY, "local", synthetic_repository)

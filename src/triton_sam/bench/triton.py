@@ -59,7 +59,7 @@ def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, dura
     return {"clients": clients, "decodes_per_s": sum(counts) / duration_s, "latency": summarize(latencies)}
 
 
-def _batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
+def server_batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
     """How many executions the server ran at each batch size (Triton's own statistics)."""
     import tritonclient.grpc as grpcclient
 
@@ -124,7 +124,7 @@ def run(
         proxy.close()
         result["decode_ratio"] = result["triton_decode"]["median_ms"] / result["local_decode"]["median_ms"]
         result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
-        result["executions_by_batch_size"] = _batch_sizes(batching.grpc_url, spec)
+        result["executions_by_batch_size"] = server_batch_sizes(batching.grpc_url, spec)
     local.close()
     with loopback_server(repository, model_id, session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]

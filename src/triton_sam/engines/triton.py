@@ -137,6 +137,7 @@ class TritonEngine(Engine):
         # final preview of a stroke (README, Serving), so there a running decode is cancelled only
         # when overdue; without a batcher, cancelling always is fastest.
         self.cancel_running = CANCEL_OVERDUE if "dynamic_batching" in config else CANCEL_ALWAYS
+        self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"
@@ -204,9 +205,18 @@ class TritonEngine(Engine):
         return False
 
     def _decode(self, handle: str, request: DecodeRequest, multimask_output: bool, cancel: CancelToken | None) -> DecodeResult:
+        """Send the prompt sets in requests of at most the server's batch size, all at once (its
+        dynamic batcher sees them together), and join the answers."""
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled before it was sent")
         names = contract.decoder_output_names(multimask_output)
+        sent = [self._send(handle, part, names, cancel) for part in _split(request, self.max_batch)]
+        answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
+        if len(answers) == 1:
+            return DecodeResult(*answers[0])
+        return DecodeResult(*(np.concatenate(arrays) for arrays in zip(*answers, strict=True)))
+
+    def _send(self, handle: str, request: DecodeRequest, names: list[str], cancel: CancelToken | None) -> tuple:
         done = threading.Event()
         outcome: dict = {}
 
@@ -224,6 +234,9 @@ class TritonEngine(Engine):
         )
         if cancel is not None:
             cancel.on_cancel(call.cancel)
+        return done, outcome, call
+
+    def _receive(self, handle: str, done, outcome: dict, call, names: list[str], cancel: CancelToken | None) -> tuple:
         if not done.wait(self.client.timeout_s + 5.0):  # the gRPC deadline fires first; never hang
             call.cancel()
             raise ServerUnavailableError(f"No answer from Triton at {self.client.url} in {self.client.timeout_s:.0f} s.")
@@ -234,9 +247,7 @@ class TritonEngine(Engine):
             if contract.UNKNOWN_HANDLE in (error.message() or ""):
                 raise _HandleLost(handle)
             raise self._error(error) from error
-        result = outcome["result"]
-        masks, scores, object_scores = (result.as_numpy(n) for n in names)
-        return DecodeResult(masks, scores, object_scores)
+        return tuple(outcome["result"].as_numpy(n) for n in names)
 
     def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """One request to the session model about the image of `features` (its handle is added),
@@ -284,6 +295,21 @@ def prompt_arrays(request: DecodeRequest) -> dict[str, np.ndarray]:
     if request.mask_input is not None:
         arrays[contract.MASK_INPUT] = np.ascontiguousarray(request.mask_input, np.float32)
     return arrays
+
+
+def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
+    """`request` as requests of at most `size` prompt sets (itself if it fits)."""
+    if size is None or request.batch_size <= size:
+        return [request]
+    masks = request.mask_input
+    return [
+        DecodeRequest(
+            point_coords=request.point_coords[start : start + size],
+            point_labels=request.point_labels[start : start + size],
+            mask_input=None if masks is None else masks[start : start + size],
+        )
+        for start in range(0, request.batch_size, size)
+    ]
 
 
 def _decode_inputs(handle: str, request: DecodeRequest) -> list[grpcclient.InferInput]:
