@@ -165,7 +165,7 @@ def _cmd_bench_parity(args) -> None:
 
 
 def _cmd_bench_json(args) -> None:
-    """`bench click|annotators|memory`: the benchmark with the options given, its result as JSON."""
+    """`bench click|annotators|memory|volume|automatic`: the benchmark with the options given, its result as JSON."""
     from importlib import import_module
 
     options = {name: value for name, value in vars(args).items() if name in _BENCH_OPTIONS and value is not None}
@@ -177,7 +177,18 @@ def _cmd_bench_json(args) -> None:
     print(json.dumps(import_module(f"triton_sam.bench.{args.kind}").run(args.model, **options), indent=2))
 
 
-_BENCH_OPTIONS = ("clicks", "device", "counts", "duration_s", "client_counts", "soak_minutes", "shape", "planes", "repeats")
+_BENCH_OPTIONS = (
+    "clicks",
+    "device",
+    "counts",
+    "duration_s",
+    "client_counts",
+    "soak_minutes",
+    "shape",
+    "planes",
+    "repeats",
+    "points_per_side",
+)
 
 
 def _cmd_bench_all(args) -> None:
@@ -388,10 +399,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_volume.add_argument("--planes", type=int, default=None, help="planes in the stack (default 20)")
     bench_volume.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
     bench_volume.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official predictor runs")
+    bench_automatic = kinds.add_parser(
+        "automatic", help="seconds to segment everything in an image vs SAM2AutomaticMaskGenerator (JSON)"
+    )
+    bench_automatic.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
+    bench_automatic.add_argument("--points-per-side", type=int, default=None, help="prompt grid (default 32)")
+    bench_automatic.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official generator runs")
     bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
     bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")
     bench_memory.add_argument("--soak-minutes", type=float, default=None, help="minutes of hovering through Triton (default 10)")
-    for kind in (bench_click, bench_annotators, bench_memory, bench_volume):
+    for kind in (bench_click, bench_annotators, bench_memory, bench_volume, bench_automatic):
         kind.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
         kind.add_argument("--shape", type=int, nargs=2, default=None, metavar=("H", "W"))
         kind.set_defaults(func=_cmd_bench_json)

@@ -77,5 +77,5 @@ def box_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.n
         inter = width * height
         with np.errstate(invalid="ignore", divide="ignore"):
             iou = inter / (areas[i] + areas[rest] - inter)
-        suppressed[rest[iou > iou_threshold]] = True
+        suppressed[rest[iou > np.float64(iou_threshold)]] = True  # float32 IoU vs the threshold in double, as torchvision
     return np.asarray(keep, dtype=np.int64)

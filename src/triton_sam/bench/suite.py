@@ -36,6 +36,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "gui": {"hover_s": 20.0},
         "large": {"hover_s": 10.0},
         "volume": {"planes": 20, "repeats": 2},
+        "automatic": {"repeats": 2},
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
@@ -47,6 +48,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "gui": {"hover_s": 1.0},
         "large": {"hover_s": 1.0, "planes": ("multiscale",), "backends": ("local",), "shape": (4096, 4096)},
         "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
+        "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
     },
 }
 
@@ -88,6 +90,7 @@ RUNNERS = {
     "gui": "triton_sam.bench.gui",
     "large": "triton_sam.bench.large",
     "volume": "triton_sam.bench.volume",
+    "automatic": "triton_sam.bench.automatic",
 }
 
 
@@ -124,6 +127,7 @@ def run_all(
     settings = {name: dict(options) for name, options in PROFILES[profile].items()}
     if cuda_device_count() > 0:  # the official predictor on the GPU too
         settings["predictor"]["device"] = settings["click"]["device"] = settings["volume"]["device"] = "cuda"
+        settings["automatic"]["device"] = "cuda"
     if soak_s is not None:
         settings["memory"]["soak_s"] = soak_s
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}
