@@ -41,6 +41,9 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     volume = r["volume"]  # all propagated the 3 planes and agree
     assert volume["official"]["planes_per_s"] > 0
     assert volume["local"]["planes_per_s"] > 0 and volume["local"]["min_iou_vs_official"] >= 0.99
+    automatic = r["automatic"]  # every object in a small image, same masks as the official generator
+    assert automatic["official"]["seconds_median"] > 0 and automatic["local"]["same_count"]
+    assert automatic["local"]["min_iou_vs_official"] >= 0.99
     for mode in ("dynamic_batching", "no_batching"):
         assert [row["annotators"] for row in r["annotators"][mode]] == [1, 2]
         assert all(row["errors"] == 0 and row["decodes_per_s"] > 0 for row in r["annotators"][mode])
@@ -57,6 +60,7 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         "In napari",
         "A 20000 x 20000 plane in napari",
         "Propagating through a stack",
+        "Segment all (automatic mask generation)",
         "Many annotators",
         "Memory",
     ):

@@ -65,3 +65,37 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     assert widget.status.text().startswith("Segment all stopped")
     assert len(_automatic_layers(viewer)) == 1
     widget.close_session()
+
+
+def test_on_a_large_dask_plane_the_tiles_in_view_are_segmented_at_native_resolution(qtbot, viewer, synthetic_repository):
+    da = pytest.importorskip("dask.array")
+    from test_widget import world
+
+    from triton_sam.plugin import bindings
+
+    big_h, big_w, disk = 2600, 3200, (1400, 900, 60)
+    plane = disk_image(big_h, big_w, [disk]).astype(np.uint16) * 250
+    image = viewer.add_image(da.from_array(plane, chunks=512))
+    camera = bindings.camera(viewer)
+    camera.center, camera.zoom = (900, 1400), 1.0  # a few tiles around the disk
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    assert widget.tiled
+    widget.points_per_side.setValue(8)
+    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
+    assert "Visible region" in widget.status.text()  # the whole large plane is refused, with the way out
+    widget.region.setCurrentText("Visible region")
+    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(_automatic_layers(viewer)) == 1 and widget.segment_all.text() == "Segment all", timeout=120000)
+
+    (found,) = _automatic_layers(viewer)
+    y0, x0, y1, x1 = found.metadata[AUTOMATIC_KEY]["region"]
+    assert found.metadata[AUTOMATIC_KEY]["tiles"] >= 1 and found.data.shape == (y1 - y0, x1 - x0)
+    assert (y1 - y0) * (x1 - x0) < big_h * big_w  # the tiles in view, not the plane
+    at = found.world_to_data(world(image, disk[0], disk[1]))  # the disk's centre, through the layers' placements
+    assert found.data[int(round(at[0])), int(round(at[1]))] > 0
+    yy, xx = np.mgrid[y0:y1, x0:x1]
+    truth = (xx - disk[0]) ** 2 + (yy - disk[1]) ** 2 <= disk[2] ** 2
+    labelled = found.data > 0
+    assert np.count_nonzero(labelled & truth) >= 0.8 * np.count_nonzero(truth)
+    assert np.count_nonzero(labelled & truth) >= 0.9 * np.count_nonzero(labelled)
+    widget.close_session()

@@ -9,7 +9,7 @@ the objects found rather than points x masks x pixels.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from .geometry import box_area, crop_boxes, layer_point_grids, near_crop_edge
 from .records import FoundMask, check_output_mode, clean_small_regions, nms, to_record
 
 Progress = Callable[[int, int], None]  # (batches done, batches in all)
+Crop = tuple[int, int, int, int]  # x0, y0, x1, y1 (exclusive) of the image
 SAM1_FAMILIES = ("sam1", "mobile_sam")
 UPSAMPLE_BYTES = 64 * 2**20  # full-resolution logits held at once while scoring masks
 
@@ -95,10 +96,15 @@ class AutomaticMaskGenerator(EngineOwner):
         self.engine = engine or create_engine(self.spec, backend, model_repository, **engine_options)
         self.cache = cache
 
-    def batches(self, image_hw: tuple[int, int]) -> int:
+    def batches(self, image_hw: tuple[int, int], crops: Sequence[Crop] | None = None) -> int:
         """Decoder calls (batches of points) a `generate` on an image of `image_hw` makes."""
-        crops = crop_boxes(image_hw, self.crop_n_layers, self.crop_overlap_ratio)
-        return sum(-(-len(self.point_grids[layer]) // self.points_per_batch) for _, layer in crops)
+        return sum(-(-len(self.point_grids[layer]) // self.points_per_batch) for _, layer in self._crops(image_hw, crops))
+
+    def _crops(self, image_hw: tuple[int, int], crops: Sequence[Crop] | None) -> list[tuple[Crop, int]]:
+        """The crops prompted and their layers: the official crop layers, or `crops` (layer 0's grid each)."""
+        if crops is None:
+            return crop_boxes(image_hw, self.crop_n_layers, self.crop_overlap_ratio)
+        return [(tuple(int(v) for v in crop), 0) for crop in crops]
 
     def generate(
         self,
@@ -118,13 +124,19 @@ class AutomaticMaskGenerator(EngineOwner):
         contrast_limits: ContrastLimits | None = None,
         progress: Progress | None = None,
         cancel: CancelToken | None = None,
+        crops: Sequence[Crop] | None = None,
     ) -> list[FoundMask]:
-        """The masks of `generate`, each as its box's pixels (what a caller painting labels needs)."""
-        if image.ndim not in (2, 3) or min(image.shape[:2]) < 1:
+        """The masks of `generate`, each as its box's pixels (what a caller painting labels needs).
+
+        `crops` (x0, y0, x1, y1) replace the crop layers: each is prompted with the first grid and
+        encoded on its own, masks cut by a crop's inner edge are dropped and duplicates across crops
+        removed, as between the official crops. Large planes pass their tiles (any array that
+        slices: only the crops are read)."""
+        if len(image.shape) not in (2, 3) or min(image.shape[:2]) < 1:
             raise InvalidInputError(f"image must be HxW or HxWxC, got shape {image.shape}.")
-        image_hw = image.shape[:2]
-        crops = crop_boxes(image_hw, self.crop_n_layers, self.crop_overlap_ratio)
-        counter = _Counter(self.batches(image_hw), progress)
+        image_hw = tuple(image.shape[:2])
+        counter = _Counter(self.batches(image_hw, crops), progress)
+        crops = self._crops(image_hw, crops)
         found: list[FoundMask] = []
         for crop, layer in crops:
             found += self._crop(image, contrast_limits, crop, self.point_grids[layer], counter, cancel)
@@ -140,7 +152,7 @@ class AutomaticMaskGenerator(EngineOwner):
         """The masks found in one crop, duplicates removed, in image coordinates."""
         x0, y0, x1, y1 = crop
         crop_hw = (y1 - y0, x1 - x0)
-        model_input = encoder_input(image[y0:y1, x0:x1], self.spec, contrast_limits)
+        model_input = encoder_input(np.asarray(image[y0:y1, x0:x1]), self.spec, contrast_limits)
         features = self.cache.features(model_input) if self.cache is not None else self.engine.encode(model_input)
         points = grid * np.array(crop_hw[::-1], np.float64)
         if not self.sam1:

@@ -30,9 +30,7 @@ class FoundMask:
     @classmethod
     def from_mask(cls, mask: np.ndarray, offset: tuple[int, int], **fields) -> FoundMask:
         """Keep `mask`'s bounding box; `offset` (x, y) places `mask` in the image."""
-        x0, y0, x1, y1 = mask_box(mask)
-        dx, dy = offset
-        return cls(box=(x0 + dx, y0 + dy, x1 + dx, y1 + dy), pixels=mask[y0 : y1 + 1, x0 : x1 + 1].copy(), **fields)
+        return cls(**_pixels_of(mask, offset), **fields)
 
     @property
     def area(self) -> int:
@@ -75,20 +73,32 @@ def clean_small_regions(
     masks: list[FoundMask], image_hw: tuple[int, int], min_area: int, nms_threshold: float
 ) -> list[FoundMask]:
     """SAM1's `postprocess_small_regions`: fill small holes, drop small islands, then NMS again with
-    the unchanged masks preferred."""
+    the unchanged masks preferred. Each mask is cleaned within its box and a one-pixel border
+    standing for the image around it (large planes never become whole-plane arrays)."""
     cleaned, scores = [], []
     for found in masks:
-        mask, filled = remove_small_regions(found.full(image_hw), min_area, holes=True)
+        mask, origin = _with_border(found, image_hw)
+        mask, filled = remove_small_regions(mask, min_area, holes=True)
         mask, dropped = remove_small_regions(mask, min_area, holes=False)
         changed = filled or dropped
-        cleaned.append(replace(found, **_pixels_of(mask)) if changed else found)
+        cleaned.append(replace(found, **_pixels_of(mask, origin)) if changed else found)
         scores.append(0.0 if changed else 1.0)
     return nms(cleaned, np.asarray(scores, np.float32), nms_threshold)
 
 
-def _pixels_of(mask: np.ndarray) -> dict:
+def _with_border(found: FoundMask, image_hw: tuple[int, int]) -> tuple[np.ndarray, tuple[int, int]]:
+    """The mask's pixels with a background border on each side where the image goes on, and the
+    (x, y) of its first pixel."""
+    x0, y0, x1, y1 = found.box
+    height, width = image_hw
+    top, left, bottom, right = int(y0 > 0), int(x0 > 0), int(y1 < height - 1), int(x1 < width - 1)
+    return np.pad(found.pixels, ((top, bottom), (left, right))), (x0 - left, y0 - top)
+
+
+def _pixels_of(mask: np.ndarray, origin: tuple[int, int]) -> dict:
     x0, y0, x1, y1 = mask_box(mask)
-    return {"box": (x0, y0, x1, y1), "pixels": mask[y0 : y1 + 1, x0 : x1 + 1].copy()}
+    dx, dy = origin
+    return {"box": (x0 + dx, y0 + dy, x1 + dx, y1 + dy), "pixels": mask[y0 : y1 + 1, x0 : x1 + 1].copy()}
 
 
 def rle_encode(mask: np.ndarray) -> dict[str, Any]:
@@ -149,13 +159,15 @@ def to_record(found: FoundMask, image_hw: tuple[int, int], output_mode: str) -> 
     }
 
 
-def label_image(masks: list[FoundMask], image_hw: tuple[int, int]) -> np.ndarray:
-    """One label image of the masks: painted largest first, so that smaller objects inside larger
-    ones stay visible; ids 1..n in painting order, none left for a mask painted over entirely."""
-    labels = np.zeros(image_hw, np.uint32)
+def label_image(masks: list[FoundMask], region_hw: tuple[int, int], origin: tuple[int, int] = (0, 0)) -> np.ndarray:
+    """One label image of the masks over a region of `region_hw` whose first pixel is `origin`
+    (x, y) of the image: painted largest first, so that smaller objects inside larger ones stay
+    visible; ids 1..n in painting order, none left for a mask painted over entirely."""
+    labels = np.zeros(region_hw, np.uint32)
+    dx, dy = origin
     for object_id, found in enumerate(sorted(masks, key=lambda m: m.area, reverse=True), 1):
         x0, y0, x1, y1 = found.box
-        labels[y0 : y1 + 1, x0 : x1 + 1][found.pixels] = object_id
+        labels[y0 - dy : y1 + 1 - dy, x0 - dx : x1 + 1 - dx][found.pixels] = object_id
     present = np.unique(labels)
     lookup = np.zeros(int(present[-1]) + 1, np.uint32)
     lookup[present] = np.arange(len(present), dtype=np.uint32)

@@ -21,6 +21,7 @@ from ..automatic import AutomaticMaskGenerator, label_image
 from ..engines import CancelToken, Engine
 from ..errors import DecodeCancelled
 from ..features import FeatureCache
+from ..tiles import Tile
 from . import layers
 
 AUTOMATIC_SUFFIX = " [triton-sam automatic]"
@@ -76,17 +77,23 @@ class AutomaticSegmentation:
         engine: Engine,
         cache: FeatureCache,
         options: dict,
+        tiles: list[Tile] | None = None,
     ) -> None:
-        """Segment everything in `where` (PLANE or VIEW) of plane `index` of `image`."""
-        region = region_of(image, where)
+        """Segment everything in `where` (PLANE or VIEW) of plane `index` of `image`; a large plane's
+        `tiles` (those in view) are prompted each at native resolution, with their cached features."""
+        if tiles:
+            region = min(t.y0 for t in tiles), min(t.x0 for t in tiles), max(t.y1 for t in tiles), max(t.x1 for t in tiles)
+        else:
+            region = region_of(image, where)
         y0, x0, y1, x1 = region
         if y1 <= y0 or x1 <= x0:
             self._set_status("The view does not show the image: pan to it, or segment the whole plane.")
             return
-        data = layers.plane_data(image, index)[y0:y1, x0:x1]
+        plane = layers.plane_data(image, index)  # read only where the generator crops it
+        crops = [(t.x0, t.y0, t.x1, t.y1) for t in tiles] if tiles else [(x0, y0, x1, y1)]
         contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
         generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
-        bar = progress(total=generator.batches((y1 - y0, x1 - x0)), desc="triton-sam: segment all")
+        bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
         cancel = CancelToken()
 
         @ensure_main_thread
@@ -95,14 +102,15 @@ class AutomaticSegmentation:
             self._set_status(f"Segment all: {done} of {total} batches of points decoded.")
 
         def run() -> np.ndarray:
-            found = generator.find(np.asarray(data), contrast, advance, cancel)
-            return label_image(found, (y1 - y0, x1 - x0))
+            found = generator.find(plane, contrast, advance, cancel, crops)
+            return label_image(found, (y1 - y0, x1 - x0), origin=(x0, y0))
 
         def returned(labels: np.ndarray) -> None:
             record = {
                 "image": image.name,
                 "plane": list(index),
                 "region": list(region),
+                "tiles": len(crops) if tiles else 0,
                 "model": engine.spec.model_id,
                 "parameters": options,
             }

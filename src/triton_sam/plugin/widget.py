@@ -405,13 +405,18 @@ class TritonSamWidget(SettingsForm):
         if not self.ready:
             self.set_status("Press Start and wait for the plane to be encoded first.")
             return
-        where = self.chosen_region()
-        if self.tiled and where != VIEW:
-            self.set_status("This plane is large: choose 'Visible region' and zoom in to the part to segment.")
-            return
+        where, tiles = self.chosen_region(), None
+        if self.tiled:  # the tiles in view, each at native resolution
+            tiles, _ = view_order(self.session.tiles, Tile(*layers.visible_region(self.image)), around=0)
+            if where != VIEW or len(tiles) > MAX_VIEW_TILES:
+                self.set_status(
+                    f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
+                    f"show (now {len(tiles)}); each is segmented at native resolution."
+                )
+                return
         session = self.session
         self._automatic.start(
-            self.viewer, self.image, self._index, where, session.engine, session.cache, self.automatic_options()
+            self.viewer, self.image, self._index, where, session.engine, session.cache, self.automatic_options(), tiles
         )
         if self._automatic.running:
             self.segment_all.setText("Stop segmenting")
