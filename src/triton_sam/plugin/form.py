@@ -105,7 +105,14 @@ class SettingsForm(QWidget):
         self.points_per_side = _spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
         self.pred_iou = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
         self.stability = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
-        self.min_area = _spin(QSpinBox(), 0, 1_000_000, 0, "Remove holes and specks under this many pixels (0: keep all)")
+        self.min_area = _spin(
+            QSpinBox(),
+            0,
+            1_000_000,
+            0,
+            "Remove holes and specks up to this size (0: keep all). As the official generators count it: "
+            "SAM2.1 in pixels of its 256 x 256 low-res masks, SAM1 and MobileSAM in image pixels.",
+        )
         self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
         self.enabled.setChecked(True)
         self.status = QLabel("Not started.")
