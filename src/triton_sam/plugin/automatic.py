@@ -94,18 +94,21 @@ class AutomaticSegmentation:
         contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
         generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
         bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
-        cancel = CancelToken()
+        cancel, over = CancelToken(), []
 
         @ensure_main_thread
         def advance(done: int, total: int) -> None:
-            bar.update(done - bar.n)
+            if over or cancel.cancelled:
+                return  # news that arrives after the run's end (or stop) must not replace what it said
             self._set_status(f"Segment all: {done} of {total} batches of points decoded.")
+            bar.update(done - bar.n)  # last: napari's progress bar may handle pending events (the run's end) here
 
         def run() -> np.ndarray:
             found = generator.find(plane, contrast, advance, cancel, crops)
             return label_image(found, (y1 - y0, x1 - x0), origin=(x0, y0))
 
         def returned(labels: np.ndarray) -> None:
+            over.append(True)
             record = {
                 "image": image.name,
                 "plane": list(index),
@@ -118,12 +121,14 @@ class AutomaticSegmentation:
             self._set_status(f"Segment all: {int(labels.max())} objects in the new layer '{layer.name}'.")
 
         def failed(error: Exception) -> None:
+            over.append(True)
             if isinstance(error, DecodeCancelled):
                 self._set_status("Segment all stopped: nothing was written.")
             else:
                 self._set_status(f"Error in Segment all: {error}")
 
         def finished() -> None:
+            over.append(True)
             bar.close()
             self._cancel = None
             self._on_finished()
