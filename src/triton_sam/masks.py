@@ -43,7 +43,7 @@ def fill_holes(low_res: np.ndarray, max_area: int, threshold: float = 0.0, value
     return _replace_small_regions(low_res, lambda mask: mask <= threshold, max_area, value)
 
 
-def remove_small_regions(low_res: np.ndarray, max_area: int, threshold: float = 0.0) -> np.ndarray:
+def remove_holes_and_specks(low_res: np.ndarray, max_area: int, threshold: float = 0.0) -> np.ndarray:
     """SAM2's `postprocess_masks` with `max_hole_area` = `max_sprinkle_area` = `max_area`: small
     holes filled (+10) and small foreground specks (logits > `threshold`) dropped (-10), both
     found in the logits as given."""

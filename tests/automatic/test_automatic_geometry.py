@@ -10,7 +10,7 @@ from conftest import require_export_extra
 from triton_sam.automatic import FoundMask, label_image
 from triton_sam.automatic.geometry import box_nms, crop_boxes, layer_point_grids, mask_box, near_crop_edge
 from triton_sam.automatic.records import remove_small_regions, rle_decode, rle_encode
-from triton_sam.masks import remove_small_regions as remove_small_low_res
+from triton_sam.masks import remove_holes_and_specks
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_small_holes_are_filled_and_small_islands_dropped():
     assert remove_small_regions(cleaned, 5, holes=True) == (cleaned, False)
 
     logits = np.where(mask, 3.0, -3.0).astype(np.float32)[None]
-    low_res = remove_small_low_res(logits, 5)[0]
+    low_res = remove_holes_and_specks(logits, 5)[0]
     assert (low_res[10:12, 10:12] == 10.0).all() and low_res[0, 0] == -10.0  # as SAM2's postprocess_masks
     untouched = np.abs(low_res) != 10.0
     assert np.count_nonzero(~untouched) == 5 and np.array_equal(low_res[untouched], logits[0][untouched])

@@ -19,7 +19,7 @@ from ..engines import CancelToken, Engine, ImageFeatures, create_engine
 from ..errors import DecodeCancelled, InvalidInputError
 from ..features import FeatureCache
 from ..image import ContrastLimits, encoder_input
-from ..masks import remove_small_regions
+from ..masks import remove_holes_and_specks
 from ..predictor import LOW_RES_CLAMP, EngineOwner
 from ..prompts import model_request
 from ..registry import DEFAULT_MODEL, get_model
@@ -221,7 +221,7 @@ class AutomaticMaskGenerator(EngineOwner):
         """Full-resolution logits as the official predictor makes them (SAM2.1 removing small
         holes and specks first where `min_mask_region_area` asks, as its predictor does)."""
         if self.min_mask_region_area > 0 and not self.sam1:
-            low_res = remove_small_regions(low_res, self.min_mask_region_area)
+            low_res = remove_holes_and_specks(low_res, self.min_mask_region_area)
         return self.engine.resizer.logits(low_res, crop_hw)
 
     def _stability(self, logits: np.ndarray) -> np.float32:
