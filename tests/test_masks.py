@@ -24,6 +24,28 @@ def test_logits_match_pytorch_bilinear(sam2_resizer, size):
     assert np.array_equal(masks[clear], reference[clear] > 0.5)
 
 
+@pytest.mark.parametrize("model", ["sam2.1_hiera_tiny", "sam_vit_b", "sam3_tracker"])
+@pytest.mark.parametrize("image_hw", [(777, 1311), (4096, 4096), (300, 2500), (100, 50)])
+def test_an_object_mask_is_the_whole_image_mask_computed_only_around_the_object(model, image_hw):
+    """Coarse tiles of large planes are committed this way; it must equal `masks` except where
+    float rounding decides (logits within 1e-4 of the threshold)."""
+    spec = get_model(model)
+    resizer = MaskResizer(spec)
+    n = spec.low_res_size
+    rng = np.random.default_rng(4)
+    yy, xx = np.mgrid[:n, :n]
+    blob = np.where((yy - 100) ** 2 + (xx - 60) ** 2 < 900, 5.0, -5.0) + rng.normal(0, 1, (n, n))
+    noisy = rng.normal(-3, 2, (n, n))  # scattered specks
+    for low_res in (blob.astype(np.float32), noisy.astype(np.float32), np.full((n, n), -1.0, np.float32)):
+        expected = resizer.masks(low_res, image_hw)
+        crop, (y, x) = resizer.object_mask(low_res, image_hw)
+        placed = np.zeros(image_hw, bool)
+        placed[y : y + crop.shape[0], x : x + crop.shape[1]] = crop
+        differ = placed != expected
+        assert np.all(np.abs(resizer.logits(low_res, image_hw)[differ]) < 1e-4)
+        assert crop.size == 0 or (crop[0].any() and crop[-1].any() and crop[:, 0].any() and crop[:, -1].any())
+
+
 def test_leading_axes_are_kept_and_a_constant_stays_constant(sam2_resizer):
     assert sam2_resizer.masks(np.zeros((3, 256, 256), np.float32), (40, 30)).shape == (3, 40, 30)
     np.testing.assert_allclose(sam2_resizer.logits(np.full((256, 256), 3.0, np.float32), (31, 47)), 3.0, rtol=1e-6)

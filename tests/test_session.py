@@ -13,6 +13,8 @@ from triton_sam import Predictor
 from triton_sam.engines import create_engine
 from triton_sam.registry import get_model
 from triton_sam.session import InteractiveSession
+from triton_sam.tiles import Tile
+from triton_sam.tiles import place as tiles_place
 
 TINY = get_model("sam2.1_hiera_tiny")
 H, W = 240, 400
@@ -317,3 +319,92 @@ def test_encoding_tiles_stops_when_asked_when_the_plane_changes_or_when_the_sess
     session.hover(1400, 896)  # waits for its tile
     session.close()
     assert session.encode_tiles(session.tiles) == 0  # closed: nothing more is encoded, no hover asked
+
+
+LARGE_DISK = (1100, 1300, 600)  # wider than a native tile: only a coarse tile holds it whole
+ZOOMED_OUT = disk_image(BIG_H, BIG_W, [LARGE_DISK, (300, 300, 60)])
+
+
+class ReadLog:
+    """An array that records the windows read from it (a pyramid level, lazily read)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array, self.reads = array, []
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __getitem__(self, key):
+        self.reads.append(key)
+        return self.array[key]
+
+
+def test_zoomed_out_coarse_tiles_hold_large_objects_preview_reduced_and_commit_at_full_resolution(session, synthetic_repository):
+    from triton_sam.tiled_predictor import TiledPredictor
+
+    session.set_plane(("zoomed out", 0), ZOOMED_OUT)
+    x, y, r = LARGE_DISK
+    native = next(t for t in session.tiles if t.margin(np.array([[x, y]])) >= 0)
+    session.encode_tiles([native])
+    session.hover(x, y)
+    cut = session.previews.wait_for(lambda p: p is not None and p.point == (x, y))
+    assert cut.step == 1 and _on_plane(cut.mask, cut.offset)[_disk(x, y, r)].mean() < 0.9  # a native tile cuts it
+
+    session.set_tile_step(2)  # zoomed out: 2048-px tiles, encoded from the plane reduced twice
+    assert session.tile_step == 2 and len(session.tiles) == 4 and all(t.step == 2 for t in session.tiles)
+    session.encode_tiles(session.tiles)
+    session.hover(x + 3, y)
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (x + 3, y))
+    assert preview.step == 2 and preview.mask.shape == preview.tile.reduced_shape == (1024, 1024)
+    assert preview.offset[0] % 2 == 0 and preview.offset[1] % 2 == 0
+    committed = session.commit()
+    assert committed.provenance["tile_step"] == 2 and committed.provenance["tile"] == [
+        preview.tile.y0,
+        preview.tile.x0,
+        preview.tile.y1,
+        preview.tile.x1,
+    ]
+    placed, disk = _on_plane(committed.mask, committed.offset), _disk(x, y, r)
+    assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.001  # whole, at full resolution
+    with TiledPredictor(model_repository=synthetic_repository) as tiled:  # the same tile through the Python API
+        tiled.set_image(ZOOMED_OUT, step=2)
+        masks, _, _, tile = tiled.predict_in_tile(np.array([[x + 3, y]]), np.array([1]), multimask_output=False)
+    assert tile == preview.tile and np.count_nonzero(placed != tiles_place(masks[0], tile, (BIG_H, BIG_W))) <= 4  # float rounding
+    reduced = placed[tile.y0 : tile.y1 : 2, tile.x0 : tile.x1 : 2]
+    assert np.count_nonzero(reduced != preview.mask) < 0.01 * preview.mask.sum()  # the preview shows what is stored
+
+
+def test_an_object_clicked_zoomed_out_is_decoded_again_with_native_tiles_after_zooming_in(session):
+    session.set_plane(("zoomed out", 0), ZOOMED_OUT)
+    session.set_tile_step(4)  # the whole plane in one tile
+    assert session.tiles == [Tile(0, 0, BIG_H, BIG_W, 4)]
+    session.add_point(300, 300)
+    coarse = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    assert coarse.step == 4 and coarse.offset == (0, 0)
+
+    session.set_tile_step(1)
+    session.encode_tiles([session.tiles[0]])
+    session.hover(320, 300)  # the object is decoded again with the native tile; then the hint comes with it
+    hinted = session.previews.wait_for(lambda p: p is not None and p.hint is not None and p.point == (320, 300))
+    assert hinted.step == 1 and hinted.tile == session.tiles[0]
+    committed = session.commit()
+    assert committed.provenance["tile_step"] == 1 and committed.mask.shape == (1024, 1024)
+    placed, disk = _on_plane(committed.mask, committed.offset), _disk(300, 300, 60)
+    assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.001
+
+
+def test_coarse_tiles_are_read_from_the_pyramid_level_of_their_step(session):
+    level = ReadLog(ZOOMED_OUT[::4, ::4])
+    full = ReadLog(ZOOMED_OUT)
+    session.set_plane(("pyramid", 0), full, levels={4: level})
+    session.set_tile_step(4)
+    assert session.encode_tiles(session.tiles) == 1
+    assert level.reads == [(slice(0, 650), slice(0, 750))] and len(full.reads) <= 1  # level 0: the contrast sample at most
+    session.set_tile_step(8)  # coarser than the pyramid: its coarsest level that divides 8, reduced by the encoder
+    assert session.tiles == [Tile(0, 0, BIG_H, BIG_W, 8)] and session.encode_tiles(session.tiles) == 1
+    assert level.reads[-1] == (slice(0, 650), slice(0, 750)) and len(full.reads) <= 1
+    session.set_tile_step(4)
+    x, y, r = LARGE_DISK
+    session.hover(x, y)
+    session.previews.wait_for(lambda p: p is not None and p.point == (x, y))
+    committed = session.commit()
+    placed, disk = _on_plane(committed.mask, committed.offset), _disk(x, y, r)
+    assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.01

@@ -26,6 +26,20 @@ def test_the_grid_covers_the_plane_with_whole_tiles_that_overlap(height, width):
         assert all(b - a <= size - TILE_OVERLAP for a, b in zip(starts, starts[1:]))
 
 
+@given(st.integers(1, 40000), st.integers(1, 40000), st.sampled_from([1, 2, 4, 8, 16]))
+def test_a_coarse_grid_is_the_reduced_planes_grid_in_plane_pixels(height, width, step):
+    """Zoomed out: tiles `step` times larger, starting on multiples of `step`, covering the plane;
+    reduced `step` times each is at most a model input (what its encoder and previews see)."""
+    reduced = tile_grid((-(-height // step), -(-width // step)), 1024)
+    tiles = tile_grid((height, width), 1024, step=step)
+    assert len(tiles) == len(reduced)
+    for tile, small in zip(tiles, reduced):
+        assert tile.step == step and (tile.y0, tile.x0) == (small.y0 * step, small.x0 * step)
+        assert tile.reduced_shape == small.shape and tile.y1 == min(small.y1 * step, height)
+    assert max(t.y1 for t in tiles) == height and max(t.x1 for t in tiles) == width
+    assert tile_grid((height, width), 1024, step=1) == tile_grid((height, width), 1024)
+
+
 def test_small_planes_are_one_tile_and_encoded_whole():
     assert not needs_tiling((2048, 1500), 1024) and needs_tiling((2049, 100), 1024)
     assert tile_grid((900, 700), 1024) == [Tile(0, 0, 900, 700)]

@@ -5,7 +5,9 @@ The resizing is a small ONNX Runtime graph (`Resize`, bilinear, half-pixel centr
 caller wants masks. ONNX Runtime's kernel is several times faster than numpy on a CPU, and where
 the decoder runs on a GPU the resizing runs there too. SAM1 goes to the padded input, is cropped
 to the image's part and resized to the image (`Sam.postprocess_masks`); SAM3 fills small holes at
-low resolution first (`SAM3InteractiveImagePredictor`).
+low resolution first (`SAM3InteractiveImagePredictor`). `MaskResizer.object_mask` gives the same
+mask for images too large for a whole-image mask (coarse tiles of large planes): it computes only
+the window where the object can be.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from skimage.measure import label
 from .registry import STRETCH, ModelSpec
 
 _CPU = ("CPUExecutionProvider",)
+_CHUNK_PIXELS = 2**22  # `object_mask` upsamples this many pixels at a time (16 MiB of float32)
 _OPSET, _IR_VERSION = 18, 8  # ONNX Runtime >= 1.16 reads these
 
 
@@ -50,6 +53,52 @@ def remove_holes_and_specks(low_res: np.ndarray, max_area: int, threshold: float
     holes = fill_holes(low_res, max_area, threshold)
     specks = _replace_small_regions(low_res, lambda mask: mask > threshold, max_area, threshold - 10.0)
     return np.where(specks != low_res, specks, holes)
+
+
+def bilinear_weights(n_out: int, n_in: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+    """Rows `start:stop` of the [n_out, n_in] matrix that resizes n_in samples to n_out bilinearly
+    with half-pixel centres, as PyTorch's `interpolate(mode="bilinear", align_corners=False)`."""
+    stop = n_out if stop is None else stop
+    source = np.clip((np.arange(start, stop) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    first = np.floor(source).astype(np.int64)
+    second = np.minimum(first + 1, n_in - 1)
+    weights = np.zeros((stop - start, n_in), np.float32)
+    rows = np.arange(stop - start)
+    np.add.at(weights, (rows, first), (1 - (source - first)).astype(np.float32))
+    np.add.at(weights, (rows, second), (source - first).astype(np.float32))
+    return weights
+
+
+def _reach(n_out: int, n_in: int, lo: int, hi: int) -> tuple[int, int]:
+    """Output samples start:stop of a bilinear n_in -> n_out resize that read source samples lo..hi."""
+    first = np.floor(np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1))
+    inside = np.flatnonzero((first >= lo - 1) & (first <= hi))
+    return int(inside[0]), int(inside[-1]) + 1
+
+
+def upsampled_object(source: np.ndarray, image_hw: tuple[int, int], threshold: float) -> tuple[np.ndarray, tuple[int, int]]:
+    """The mask (logits > `threshold`) of `source` [h, w] resized bilinearly to `image_hw`, as the
+    crop around its pixels and that crop's (row, column): only output pixels between source
+    samples of which one is above the threshold can be (a bilinear value lies between its four
+    samples), so only they are computed, a chunk of rows at a time."""
+    above = source > threshold
+    rows, cols = np.flatnonzero(above.any(axis=1)), np.flatnonzero(above.any(axis=0))
+    if not rows.size:
+        return np.zeros((0, 0), bool), (0, 0)
+    (height, width), (h, w) = image_hw, source.shape
+    r0, r1 = _reach(height, h, rows[0], rows[-1])
+    c0, c1 = _reach(width, w, cols[0], cols[-1])
+    across = source @ bilinear_weights(width, w, c0, c1).T  # [h, c1 - c0]
+    mask = np.zeros((r1 - r0, c1 - c0), bool)
+    chunk = max(1, _CHUNK_PIXELS // (c1 - c0))
+    for start in range(r0, r1, chunk):
+        stop = min(start + chunk, r1)
+        mask[start - r0 : stop - r0] = bilinear_weights(height, h, start, stop) @ across > threshold
+    found_rows, found_cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if not found_rows.size:
+        return np.zeros((0, 0), bool), (0, 0)
+    crop = mask[found_rows[0] : found_rows[-1] + 1, found_cols[0] : found_cols[-1] + 1]
+    return crop, (r0 + int(found_rows[0]), c0 + int(found_cols[0]))
 
 
 def _resize(nodes: list, source: str, sizes_hw: str, target: str) -> None:
@@ -121,6 +170,21 @@ class MaskResizer:
     def masks(self, low_res: np.ndarray, image_hw: tuple[int, int], threshold: float = 0.0) -> np.ndarray:
         """Boolean masks [..., H, W]: logits above `threshold`."""
         return self._run("masks", low_res, image_hw, threshold)
+
+    def object_mask(self, low_res: np.ndarray, image_hw: tuple[int, int], threshold: float = 0.0):
+        """The mask of one low-res logit map [h, w] at `image_hw`, as `masks` gives it, computed
+        only around the object: (crop around its pixels, the crop's (row, column) in the image).
+        Memory follows the object, not the image (a coarse tile of a large plane is up to tens of
+        thousands of pixels a side). Empty: a 0x0 crop."""
+        spec = self.spec
+        source = np.asarray(low_res, np.float32)
+        if spec.fill_hole_area:
+            source = fill_holes(source, spec.fill_hole_area, threshold)
+        if spec.resize != STRETCH:  # SAM1: to the padded square input, cropped to the image's part
+            (h, w), side = spec.input_hw(image_hw), spec.input_size
+            n = source.shape[-1]
+            source = bilinear_weights(side, n, 0, h) @ source @ bilinear_weights(side, n, 0, w).T
+        return upsampled_object(source, image_hw, threshold)
 
     def _run(self, output: str, low_res: np.ndarray, image_hw: tuple[int, int], threshold: float) -> np.ndarray:
         spec = self.spec

@@ -16,6 +16,8 @@ on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor move
   (`encode_tiles`, the tiles in view first) rather than by `set_plane`; each decode uses the tile
   that holds its prompts best, and masks come as that tile's crop with its `offset` on the plane.
   The cursor over a tile not encoded yet gets no preview; a click there encodes its tile.
+  Zoomed out, the caller asks for coarser tiles (`set_tile_step`): previews then come at the
+  tiles' reduced resolution and `commit` stores the object at full resolution.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -57,6 +59,13 @@ class Preview:
     t_event: float = 0.0  # when the event it answers happened (time.perf_counter)
     offset: Offset = (0, 0)
     hint_offset: Offset = (0, 0)
+    tile: Tile | None = None  # the tile `mask` was decoded with
+    low_res: np.ndarray | None = None  # float32 [h, w]: the logits `mask` comes from (commit upsamples them)
+
+    @property
+    def step(self) -> int:
+        """Plane pixels a side of one pixel of `mask` and `hint` (1 unless its tile is coarse)."""
+        return 1 if self.tile is None else self.tile.step
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ class Committed:
     """A finished object: its mask on its plane, the id it was given, and how it was made."""
 
     plane: Hashable
-    mask: np.ndarray  # bool [h, w] at `offset` (the whole plane unless it is tiled)
+    mask: np.ndarray  # bool [h, w] at `offset`, full resolution (the whole plane unless it is tiled)
     object_id: int
     provenance: dict = field(default_factory=dict)  # see `InteractiveSession.provenance`
     offset: Offset = (0, 0)
@@ -104,11 +113,21 @@ class ObjectPrompts:
 class _Plane:
     key: Hashable
     size: tuple[int, int]  # (H, W)
-    tiles: list[Tile]  # one, the whole plane, unless it is tiled
+    tiles: list[Tile]  # one, the whole plane, unless it is tiled (then the grid of the tile step asked for)
     features: dict[Tile, ImageFeatures] = field(default_factory=dict)  # the whole plane's, held while shown
     image: object = None  # a tiled plane (any array that slices), to encode its tiles from
+    levels: Mapping[int, object] = field(default_factory=dict)  # the tiled plane reduced by factors > 1 (a pyramid)
     contrast: ContrastLimits | None = None
     signatures: dict[Tile, str] = field(default_factory=dict)  # tiles encoded: the cache holds them, bounded
+
+    def read(self, tile: Tile) -> np.ndarray:
+        """A tiled plane's pixels under `tile`, from the coarsest pyramid level whose factor divides
+        the tile's step (full resolution when none does); the encoder's own resize reduces the rest,
+        as it reduces a plane encoded whole."""
+        factor = max((f for f in self.levels if tile.step % f == 0), default=1)
+        level = self.image if factor == 1 else self.levels[factor]
+        rows = slice(tile.y0 // factor, -(-tile.y1 // factor))
+        return np.asarray(level[rows, tile.x0 // factor : -(-tile.x1 // factor)])
 
     @property
     def tiled(self) -> bool:
@@ -149,6 +168,7 @@ class InteractiveSession:
         self._waiting_hover: tuple[float, float] | None = None  # the cursor rests on a tile not encoded yet
         self._moved_at = -math.inf  # when `hover` was last called (time.perf_counter)
         self._closed = False
+        self._tile_step = 1
         self._hover_preview: Preview | None = None
         self._decoder = SpeculativeDecoder(
             self._deliver,
@@ -169,9 +189,12 @@ class InteractiveSession:
         """Whether a plane of `shape` (H, W) is covered by tiles rather than encoded whole."""
         return needs_tiling(tuple(shape[:2]), self.spec.input_size)
 
-    def set_plane(self, key: Hashable, image, contrast_limits: ContrastLimits | None = None) -> None:
+    def set_plane(
+        self, key: Hashable, image, contrast_limits: ContrastLimits | None = None, levels: Mapping[int, object] | None = None
+    ) -> None:
         """Show plane `key`. A plane that is not tiled is encoded now (blocks: call it off the GUI
-        thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile."""
+        thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile,
+        coarse tiles from `levels` (the plane reduced by each integer factor: a pyramid) where given."""
         size = tuple(image.shape[:2])
         if not self.is_tiled(size):
             whole = Tile(0, 0, *size)
@@ -179,7 +202,8 @@ class InteractiveSession:
             plane = _Plane(key, size, [whole], {whole: features})
         else:
             contrast = plane_limits(image, contrast_limits)  # the same for every tile
-            plane = _Plane(key, size, tile_grid(size, self.spec.input_size), image=image, contrast=contrast)
+            grid = tile_grid(size, self.spec.input_size, step=self._tile_step)
+            plane = _Plane(key, size, grid, image=image, levels=dict(levels or {}), contrast=contrast)
         with self._lock:
             self._plane = plane
             self._last_hover = None
@@ -191,6 +215,24 @@ class InteractiveSession:
         """The tiles of the plane shown (one, the whole plane, unless it is tiled)."""
         with self._lock:
             return list(self._plane.tiles) if self._plane else []
+
+    @property
+    def tile_step(self) -> int:
+        """The step of the tiles large planes are covered by now (1: native resolution)."""
+        return self._tile_step
+
+    def set_tile_step(self, step: int) -> None:
+        """Cover large planes with tiles encoded from the plane reduced `step` times (zoomed out:
+        objects as large as the view fit one tile). Tiles of other steps stay cached; an object in
+        progress is decoded again with the new tiles at its next hover."""
+        if step < 1:
+            raise ValueError(f"The tile step must be at least 1, got {step}.")
+        with self._lock:
+            self._tile_step = int(step)
+            plane = self._plane
+            if plane is not None and plane.tiled and plane.tiles[0].step != step:
+                plane.tiles = tile_grid(plane.size, self.spec.input_size, step=self._tile_step)
+                self._last_hover = None
 
     def encoded(self, tile: Tile) -> bool:
         """Whether `tile` of the plane shown is encoded (and its features still cached)."""
@@ -251,7 +293,7 @@ class InteractiveSession:
         if features is None and tile in plane.signatures:
             features = self.cache.get(plane.signatures[tile])
         if features is None:
-            model_input = encoder_input(np.asarray(plane.image[tile.window]), self.spec, plane.contrast)
+            model_input = encoder_input(plane.read(tile), self.spec, plane.contrast)
             key = self.cache.signature(model_input)
             features = self.cache.features(model_input, key)
             with self._lock:
@@ -300,8 +342,10 @@ class InteractiveSession:
                 return None
             self._last_hover = (x, y)
             obj = self.object
-            if not obj.empty and obj.pending == 0 and obj.decoded_version != obj.version:
-                self._submit_prompt(None)  # the last prompt's decode failed (a server away?): again
+            stale = obj.decoded_version != obj.version  # the last prompt's decode failed (a server away?)
+            restepped = obj.tile is not None and obj.tile.step != plane.tiles[0].step  # zoomed since
+            if not obj.empty and obj.pending == 0 and (stale or restepped):
+                self._submit_prompt(None)  # again, with the tiles of now
             kwargs = obj.request_kwargs(extra_point=(x, y))
             with_prompts = not obj.empty
             tile = self._tile_for(plane, kwargs, encoded_only=True)
@@ -316,13 +360,17 @@ class InteractiveSession:
             return None
 
         def run(token: CancelToken) -> Preview | None:
-            masks, scores = self._decode(plane, tile, kwargs, False, token)
+            low_res, scores = self._decode_low_res(plane, tile, kwargs, False, token)
+            mask = self._image_masks(low_res, tile)[0]
             if not with_prompts:
-                return Preview(plane.key, masks[0], float(scores[0]), point=(x, y), offset=tile.offset)
+                return Preview(plane.key, mask, float(scores[0]), point=(x, y), offset=tile.offset, tile=tile, low_res=low_res[0])
             with self._lock:
                 if self._objects.get(plane.key) is not obj:
                     return None  # committed or discarded meanwhile
-                return replace(self._object_preview(plane, obj), hint=masks[0], point=(x, y), hint_offset=tile.offset)
+                shown = self._object_preview(plane, obj)
+                if shown.step != tile.step:  # the object is being decoded again with the tiles of now
+                    return shown
+                return replace(shown, hint=mask, point=(x, y), hint_offset=tile.offset)
 
         return self._decoder.hover(run, t_event)
 
@@ -419,17 +467,20 @@ class InteractiveSession:
                 return None
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
             if not obj.empty and obj.mask is not None and obj.decoded_version == obj.version:
-                mask, offset = obj.mask, obj.tile.offset
+                shown = self._object_preview(plane, obj)
                 made_by = self.provenance(obj, candidate=obj.chosen)
             elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
-                mask, offset = self._hover_preview.mask, self._hover_preview.offset
-                made_by = self.provenance(ObjectPrompts(points=[self._hover_preview.point], labels=[1]), candidate=None)
+                shown = self._hover_preview
+                made_by = self.provenance(ObjectPrompts(points=[shown.point], labels=[1]), candidate=None)
             else:
                 return None
+            mask, offset = self._full_resolution(shown)
             if not mask.any():
                 return None
             if plane.tiled:
-                made_by["tile"] = [offset[0], offset[1], offset[0] + mask.shape[0], offset[1] + mask.shape[1]]
+                tile = shown.tile
+                made_by["tile"] = [tile.y0, tile.x0, tile.y1, tile.x1]
+                made_by["tile_step"] = tile.step
             committed = Committed(plane.key, mask, self.next_object_id, made_by, offset)
             self.next_object_id += 1
             self._objects.pop(plane.key, None)
@@ -467,7 +518,7 @@ class InteractiveSession:
     def provenance(self, obj: ObjectPrompts, candidate: int | None) -> dict:
         """What reproduces an object: its prompts in image pixels (x, y), the candidate chosen
         (None: the single mask SAM picks), the model and its weights, the mask threshold; on a
-        tiled plane `commit` adds the tile decoded (rows y0, columns x0, y1, x1)."""
+        tiled plane `commit` adds the tile decoded (rows y0, columns x0, y1, x1) and its step."""
         return {
             "points": [list(p) for p in obj.points],
             "labels": list(obj.labels),
@@ -515,8 +566,20 @@ class InteractiveSession:
     def _object_preview(self, plane: _Plane, obj: ObjectPrompts) -> Preview:
         """The object as its prompts make it (empty while its first decode runs; lock held)."""
         if obj.mask is None:
-            return Preview(plane.key, np.zeros(plane.tiles[0].shape, bool), 0.0)
-        return Preview(plane.key, obj.mask, float(obj.scores[obj.chosen]), candidate=obj.chosen, offset=obj.tile.offset)
+            tile = plane.tiles[0]
+            return Preview(plane.key, np.zeros(tile.reduced_shape, bool), 0.0, offset=tile.offset, tile=tile)
+        score, tile = float(obj.scores[obj.chosen]), obj.tile
+        return Preview(
+            plane.key, obj.mask, score, candidate=obj.chosen, offset=tile.offset, tile=tile, low_res=obj.low_res[obj.chosen]
+        )
+
+    def _full_resolution(self, shown: Preview) -> tuple[np.ndarray, Offset]:
+        """A preview's mask at full resolution and its offset: as shown, unless its tile is coarse;
+        then upsampled from its logits around the object only (see `MaskResizer.object_mask`)."""
+        if shown.step == 1:
+            return shown.mask, shown.offset
+        mask, (y, x) = self.engine.resizer.object_mask(shown.low_res, shown.tile.shape, self.mask_threshold)
+        return mask, (shown.offset[0] + y, shown.offset[1] + x)
 
     def _tile_for(self, plane: _Plane, kwargs: dict, encoded_only: bool = False) -> Tile | None:
         """The tile that decodes these prompts (`encoded_only`: the best of those encoded, for a
@@ -552,13 +615,9 @@ class InteractiveSession:
         result = self.engine.decode(features, request, multimask, token)
         return result.low_res_logits[0], result.scores[0]
 
-    def _decode(self, plane: _Plane, tile: Tile, kwargs: dict, multimask: bool, token: CancelToken):
-        low_res, scores = self._decode_low_res(plane, tile, kwargs, multimask, token)
-        return self._image_masks(low_res, tile), scores
-
     def _image_masks(self, low_res: np.ndarray, tile: Tile) -> np.ndarray:
-        """Binary masks at the tile's size (the plane's, unless tiled) from low-res logits [..., h, w]."""
-        return self.engine.resizer.masks(low_res, tile.shape, self.mask_threshold)
+        """Binary masks at the tile's reduced size (the plane's, unless tiled) from low-res logits [..., h, w]."""
+        return self.engine.resizer.masks(low_res, tile.reduced_shape, self.mask_threshold)
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value

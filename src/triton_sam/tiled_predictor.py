@@ -26,7 +26,9 @@ class TiledPredictor(EngineOwner):
     encoded the first time a prompt needs it (or by `encode_tiles`, e.g. the tiles in view) and its
     features are cached by content. Planes up to `tiles.TILING_FACTOR` x the input size are one
     tile: the whole plane, as `Predictor` does. One prompt set at a time (points, box); all of its
-    prompts are decoded with one tile (`tiles.tile_for_prompts`).
+    prompts are decoded with one tile (`tiles.tile_for_prompts`). With `step` > 1 the tiles are
+    coarser: each covers `step` x the input size a side, encoded from its crop reduced as a whole
+    plane is (for objects larger than a native tile); masks still come at full resolution.
     """
 
     def __init__(
@@ -55,15 +57,16 @@ class TiledPredictor(EngineOwner):
         """(H, W) of the plane that was set."""
         return None if self._plane is None else tuple(self._plane.shape[:2])
 
-    def set_image(self, image, contrast_limits: ContrastLimits | None = None) -> None:
+    def set_image(self, image, contrast_limits: ContrastLimits | None = None, step: int = 1) -> None:
         """Take the plane (HxW or HxWxC); non-uint8 planes are scaled to uint8 with `contrast_limits`
-        (default: min and max of a strided sample of the plane, the same for every tile)."""
+        (default: min and max of a strided sample of the plane, the same for every tile). `step`:
+        see the class docstring."""
         if getattr(image, "ndim", 0) not in (2, 3):
             raise ValueError(f"Expected a plane of shape HxW or HxWxC, got shape {getattr(image, 'shape', None)}.")
         self._plane, self._contrast = image, plane_limits(image, contrast_limits)
         shape = tuple(image.shape[:2])
         whole = not needs_tiling(shape, self.spec.input_size)
-        self.tiles = [Tile(0, 0, *shape)] if whole else tile_grid(shape, self.spec.input_size, self.overlap)
+        self.tiles = [Tile(0, 0, *shape)] if whole else tile_grid(shape, self.spec.input_size, self.overlap, step)
 
     def reset_predictor(self) -> None:
         self._plane, self._contrast, self.tiles = None, None, []

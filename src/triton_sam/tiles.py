@@ -3,7 +3,10 @@ of prompts, and masks placed back on the plane.
 
 Qt-free. A plane whose longer side is over `TILING_FACTOR` x the model's input is covered by tiles
 of the model's input size (1024 px for SAM2.1), neighbours sharing `TILE_OVERLAP` pixels, the last
-tile of a row or column flush with the plane's edge so that every tile is whole. All prompts of one
+tile of a row or column flush with the plane's edge so that every tile is whole. Zoomed out, the
+plane is tiled coarser: a tile with `step` s covers s times as many pixels a side and is encoded
+from the plane reduced s times (a pyramid level, or its crop reduced by the encoder's own resize),
+so that the view needs few tiles and objects as large as the view fit one. All prompts of one
 object are decoded with one tile: of the tiles that hold every point and the whole box, the one
 whose nearest edge is farthest from them (the most context around the object). Prompts that no
 tile holds (an object wider than a tile less its overlap) are refused with a message that says so.
@@ -25,16 +28,23 @@ TILING_FACTOR = 2  # planes up to this many times the model's input are encoded 
 
 @dataclass(frozen=True)
 class Tile:
-    """A window of the plane: rows y0:y1, columns x0:x1 (plane pixels)."""
+    """A window of the plane: rows y0:y1, columns x0:x1 (plane pixels), encoded from the plane
+    reduced `step` times (1: native resolution)."""
 
     y0: int
     x0: int
     y1: int
     x1: int
+    step: int = 1
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.y1 - self.y0, self.x1 - self.x0
+
+    @property
+    def reduced_shape(self) -> tuple[int, int]:
+        """(h, w) of the tile reduced `step` times: the size its masks are previewed at."""
+        return -(-(self.y1 - self.y0) // self.step), -(-(self.x1 - self.x0) // self.step)
 
     @property
     def offset(self) -> tuple[int, int]:
@@ -69,16 +79,20 @@ def _starts(length: int, size: int, overlap: int) -> list[int]:
     return starts + [length - size]
 
 
-def tile_grid(shape: tuple[int, int], size: int, overlap: int = TILE_OVERLAP) -> list[Tile]:
-    """Tiles of `size` x `size` covering a plane of `shape` (H, W), row by row; a side shorter than
-    `size` gives tiles as long as that side."""
+def tile_grid(shape: tuple[int, int], size: int, overlap: int = TILE_OVERLAP, step: int = 1) -> list[Tile]:
+    """Tiles of `size` x `size` covering a plane of `shape` (H, W) reduced `step` times, row by
+    row, in plane pixels (every tile starts on a multiple of `step`); a side shorter than `size`
+    gives tiles as long as that side."""
     if not 0 <= overlap < size:
         raise ValueError(f"overlap must be in [0, {size}), got {overlap}")
+    if step < 1:
+        raise ValueError(f"step must be at least 1, got {step}")
     height, width = shape
+    reduced_h, reduced_w = -(-height // step), -(-width // step)
     return [
-        Tile(y0, x0, min(y0 + size, height), min(x0 + size, width))
-        for y0 in _starts(height, size, overlap)
-        for x0 in _starts(width, size, overlap)
+        Tile(y0 * step, x0 * step, min((y0 + size) * step, height), min((x0 + size) * step, width), step)
+        for y0 in _starts(reduced_h, size, overlap)
+        for x0 in _starts(reduced_w, size, overlap)
     ]
 
 
@@ -112,7 +126,7 @@ def tile_for_prompts(tiles: Sequence[Tile], corners: np.ndarray) -> Tile:
         tile_h, tile_w = tiles[0].shape
         raise InvalidInputError(
             f"The prompts span x {x0:.0f}-{x1:.0f}, y {y0:.0f}-{y1:.0f}: no {tile_w}x{tile_h} tile holds them all. "
-            "Segment the object in parts (prompts close together), or on a reduced copy of the plane."
+            "Segment the object in parts (prompts close together), or with coarser tiles (in napari: zoom out)."
         )
     return tiles[best]
 

@@ -1,6 +1,7 @@
 """`TiledPredictor` on a large uint16 plane against `SAM2ImagePredictor` on the tile's crop, same
 (seeded random) weights: a tile is decoded exactly as the official predictor decodes that crop,
-and the masks land at the tile's place on the plane."""
+and the masks land at the tile's place on the plane. Coarse tiles (step 2: 2048 px, as napari uses
+zoomed out) too: their crop is reduced as the official predictor reduces a whole image."""
 
 from __future__ import annotations
 
@@ -47,13 +48,14 @@ def predictors(exported_repository):
         yield official_predictor(MODEL, PARITY_SEED), tiled
 
 
+@pytest.mark.parametrize("step", [1, 2])
 @pytest.mark.parametrize("name", list(PROMPTS))
-def test_a_tile_decodes_as_the_official_predictor_decodes_its_crop(predictors, plane, name):
+def test_a_tile_decodes_as_the_official_predictor_decodes_its_crop(predictors, plane, name, step):
     official, tiled = predictors
     prompts = {key: np.asarray(value, np.float64) for key, value in PROMPTS[name].items()}
-    tiled.set_image(plane, contrast_limits=LIMITS)
+    tiled.set_image(plane, contrast_limits=LIMITS, step=step)
     masks, scores, low_res, tile = tiled.predict_in_tile(**prompts)
-    assert tile.shape == (1024, 1024)
+    assert tile.shape == (1024 * step, 1024 * step) and tile.step == step
 
     official.set_image(rgb(to_uint8(plane[tile.window], LIMITS)))
     in_tile = dict(prompts)

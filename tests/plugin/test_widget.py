@@ -727,3 +727,43 @@ def test_a_large_multiscale_dask_plane_is_encoded_where_the_view_is_and_segmente
     qtbot.waitUntil(lambda: _shown(preview, image, 5700, 2400) == 1, timeout=10000)
     assert not _shown(preview, image, 1400, 896)
     widget.close_session()
+
+
+def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_objects_commit_at_full_resolution(
+    qtbot, viewer, synthetic_repository
+):
+    """An object wider than a native tile (1100 px): zoomed out, the panel tiles the plane from the
+    pyramid level that matches the screen, previews it at that level and commits it at full resolution."""
+    da = pytest.importorskip("dask.array")
+    large = (2500, 1300, 550)
+    full = disk_image(BIG_H, BIG_W, [*BIG_DISKS, large]).astype(np.uint16) * 250
+    pyramid = [da.from_array(full[::f, ::f], chunks=512) for f in (1, 2, 4)]
+    image = viewer.add_image(pyramid, multiscale=True)
+    camera = bindings.camera(viewer)
+    camera.center, camera.zoom = (1300, 2500), 0.4  # 2.5 plane pixels a screen pixel: the level reduced twice
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    session = widget.session
+    qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
+    assert session.tile_step == 2 and all(t.step == 2 for t in session.tiles)
+
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 2500, 1300))
+    qtbot.waitUntil(lambda: _shown(preview, image, 2500, 1300) == 1, timeout=10000)
+    np.testing.assert_allclose(preview.scale, np.asarray(image.scale) * 2)  # a preview pixel: 2 plane pixels
+    shown = int((preview.data == 1).sum())
+    assert abs(shown * 4 - _disk_pixels(550)) < 0.05 * _disk_pixels(550)  # whole, not cut by a tile
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data[1300, 2500] == 1, timeout=10000)
+    assert abs(int((objects.data == 1).sum()) - _disk_pixels(550)) < 0.02 * _disk_pixels(550)  # full resolution
+    made = objects.metadata[layers.PROVENANCE_KEY][1]
+    assert made["tile_step"] == 2 and made["tile"][3] - made["tile"][1] == 2048
+
+    camera.center, camera.zoom = (896, 1400), 1.0  # zoomed in again: native tiles, full-resolution previews
+    qtbot.waitUntil(lambda: session.tile_step == 1 and "tiles in view ready" in widget.status.text(), timeout=60000)
+    move(viewer, world(image, 1400, 896))
+    qtbot.waitUntil(lambda: _shown(preview, image, 1400, 896) == 1, timeout=10000)
+    np.testing.assert_allclose(preview.scale, image.scale)
+    assert abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
+    widget.close_session()

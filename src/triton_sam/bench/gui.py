@@ -58,10 +58,11 @@ class ScreenClock:
     Records (time of the hover call the preview answers, time on screen) per preview.
     """
 
-    def __init__(self, widget, canvas: QOpenGLWidget) -> None:
+    def __init__(self, widget, canvas: QOpenGLWidget, counts=lambda preview: True) -> None:
+        """`counts(preview)`: whether a preview is recorded (e.g. only those of coarse tiles)."""
         self.shown: list[tuple[float, float]] = []
         self._written: list[float] = []
-        widget.preview_shown.connect(lambda preview: self._written.append(preview.t_event))
+        widget.preview_shown.connect(lambda preview: counts(preview) and self._written.append(preview.t_event))
         canvas.frameSwapped.connect(self._swapped)
 
     def _swapped(self) -> None:

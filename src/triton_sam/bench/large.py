@@ -4,7 +4,9 @@ multiscale dask pyramid generated on demand (nothing of it is held but what is r
 For each plane and backend, in a real napari window zoomed to native resolution at the plane's
 centre: Start, with the cursor resting on a cell, until the first preview is on screen and until
 the tiles in view are encoded; a hover trace over the view (move to preview on screen); a pan by
-one view, until the new view's tiles are encoded. The worst event-loop stall of each phase and the
+one view, until the new view's tiles are encoded; zooming out to the whole plane (coarse tiles from
+the pyramid, or reduced crops), until a preview of a coarse tile is on screen and its view is
+encoded. The worst event-loop stall of each phase and the
 process's memory peak (and the server's) are reported. The reference is what tools that tile do
 (micro-sam's tiled embeddings): encode every tile of the plane before the first prompt; its time
 is the plane's tile count times the tile encode time measured here, not run (hours on a CPU).
@@ -114,10 +116,11 @@ def _view_tiles(widget, image) -> list[Tile]:
     return inside
 
 
-def _start(viewer, widget, image, canvas) -> dict:
-    """Start with the cursor resting on the cell nearest the view's centre (the same position sent
-    every 100 ms: napari's plugin sees none before Start is done)."""
-    monitor, screen = StallMonitor(), ScreenClock(widget, canvas)
+def _start(viewer, widget, image, canvas, action=None, counts=lambda preview: True) -> dict:
+    """Start (or another `action`) with the cursor resting on the cell nearest the view's centre
+    (the same position sent every 100 ms: napari's plugin sees none before Start is done), until
+    the first preview that `counts` is on screen and the tiles in view are encoded."""
+    monitor, screen = StallMonitor(), ScreenClock(widget, canvas, counts)
     cy, cx = (int(c) // CELL_SPACING * CELL_SPACING + CELL_SPACING // 2 for c in bindings.camera(viewer).center[-2:])
     rest = QTimer()
     rest.setInterval(100)
@@ -136,7 +139,7 @@ def _start(viewer, widget, image, canvas) -> dict:
 
     monitor.start()
     started = time.perf_counter()
-    widget.connect_engine()
+    (action or widget.connect_engine)()
     rest.start()
     _run_until(check, 900)
     rest.stop()
@@ -144,8 +147,22 @@ def _start(viewer, widget, image, canvas) -> dict:
         **marks,
         **monitor.stop(),
         "tiles_in_view": len(_view_tiles(widget, image)),
+        "tile_step": widget.session.tile_step,
         "engine": widget.session.engine.describe(),
     }
+
+
+def _zoom_out(viewer, widget, image, canvas) -> dict:
+    """Zoom out to the whole plane, the cursor resting at its centre: until a coarse tile's preview
+    is on screen and the (coarse) tiles in view are encoded."""
+
+    def zoom_out() -> None:
+        viewer.reset_view()
+        _run_until(lambda: False, 0.3)  # the canvas draws the new view (corner pixels follow)
+
+    result = _start(viewer, widget, image, canvas, zoom_out, counts=lambda preview: preview.step > 1)
+    result.pop("ready_s")
+    return result
 
 
 def _pan(viewer, widget, image) -> dict:
@@ -194,6 +211,7 @@ def _backend_run(backend: str, url: str | None, model_id: str, repository: Path,
         result["pan"] = _pan(viewer, widget, image)
         encoded = [t for t in widget.session.tiles if widget.session.encoded(t)]
         result["tiles"] = {"plane": len(widget.session.tiles), "encoded": len(encoded)}
+        result["zoom_out"] = _zoom_out(viewer, widget, image, canvas)
         widget.close_session()
         return result
     finally:

@@ -314,13 +314,32 @@ def _large(r: dict) -> str:
         ],
         rows,
     )
-    return (
+    text = (
         f"A {r['plane_shape'][0]}x{r['plane_shape'][1]} {r['dtype']} plane of synthetic cells, viewed at native "
         "resolution (napari window 1600x1000): tiles of the model's input, encoded where the view is. The reference "
         "is encoding every tile before the first prompt (as tools that tile do), estimated as the tile count times "
         "the tile encode time above. Start's stall includes napari creating the plugin's first layers, as on "
         "small planes.\n\n" + table
     )
+    zoomed = [(name, run["zoom_out"]) for name, run in r.items() if isinstance(run, dict) and "zoom_out" in run]
+    if zoomed:
+        rows = [
+            [
+                name.replace("_", ", "),
+                f"{z['tile_step']} ({z['tiles_in_view']} tiles)",
+                f"{z['first_preview_s']:.1f}",
+                f"{z['view_encoded_s']:.1f}",
+                _ms(z["max_stall_ms"]),
+            ]
+            for name, z in zoomed
+        ]
+        headers = ["plane, engine", "tile step (tiles in view)", "to a coarse preview s", "view encoded s", "max stall ms"]
+        text += (
+            "\nThen zoomed out to the whole plane (napari's reset view), the cursor resting at its centre: the tiles "
+            "follow the zoom (a step-s tile covers s x 1024 plane pixels, read from the pyramid level of factor s or "
+            "finer, or, for the numpy plane, from full resolution), so the view takes a few tiles:\n\n" + _table(headers, rows)
+        )
+    return text
 
 
 def _volume(r: dict) -> str:

@@ -49,6 +49,28 @@ def plane_data(layer: Image, index: tuple[int, ...]):
     return data[index]
 
 
+def _plane_factor(layer: Image, level: int) -> int | None:
+    """The integer factor by which a multiscale level reduces the plane, or None when it also
+    reduces the other axes or reduces rows and columns differently."""
+    *lead, fy, fx = np.asarray(layer.downsample_factors[level])[: layer.ndim]
+    return int(fy) if np.all(np.asarray(lead) == 1) and fy == fx and float(fy).is_integer() else None
+
+
+def plane_levels(layer: Image, index: tuple[int, ...]) -> dict[int, object]:
+    """A multiscale layer's coarser levels of the plane, by their downsampling factor (see `_plane_factor`)."""
+    if not layer.multiscale:
+        return {}
+    factors = {level: _plane_factor(layer, level) for level in range(1, len(layer.data))}
+    return {factor: layer.data[level][index] for level, factor in factors.items() if factor and factor > 1}
+
+
+def screen_step(layer: Image, zoom: float) -> int:
+    """Plane pixels a side of one screen pixel at the camera's `zoom`, rounded down to a power of
+    two (at least 1): how much coarser than native the tiles of a large plane can be."""
+    per_screen_pixel = 1.0 / (zoom * float(layer.scale[-1]))
+    return 2 ** int(np.floor(np.log2(max(per_screen_pixel, 1.0)) + 1e-9))
+
+
 def visible_region(layer: Image) -> tuple[int, int, int, int]:
     """Rows y0:y1 and columns x0:x1 of the plane (full-resolution pixels) that the canvas shows."""
     corners = np.asarray(layer.corner_pixels, float)[:, -2:]
@@ -198,10 +220,18 @@ class LivePreview:
         self._history_bytes = 0
 
     def show(
-        self, mask: np.ndarray | None, hint: np.ndarray | None = None, offset: Offset = (0, 0), hint_offset: Offset = (0, 0)
+        self,
+        mask: np.ndarray | None,
+        hint: np.ndarray | None = None,
+        offset: Offset = (0, 0),
+        hint_offset: Offset = (0, 0),
+        step: int = 1,
     ) -> None:
         """Show `mask` (label 1) and `hint` (label 2 where it adds pixels), crops at their offsets
-        on the plane (row, column); None: nothing."""
+        on the plane (row, column); None: nothing. A whole plane is never tiled coarser: `step`
+        (as `WindowPreview` takes it) is 1."""
+        if step != 1:
+            raise ValueError(f"A whole-plane preview shows masks at full resolution, not reduced {step} times.")
         box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
         region = _union(self._shown_box, box)
         self._shown_box = box
@@ -232,14 +262,17 @@ class WindowPreview:
     """The preview of a large plane: a `PREVIEW_WINDOW`-pixel square of it, written as
     `LivePreview` writes a whole plane, moved (its translate) only when a preview falls outside it.
     A plane-sized layer would take hundreds of megabytes, and napari draws layers over 16384 px
-    downsampled; moving the window costs ~20 ms of napari's bookkeeping, a write within it ~2 ms."""
+    downsampled; moving the window costs ~20 ms of napari's bookkeeping, a write within it ~2 ms.
+    Masks of coarse tiles (zoomed out) come with their `step`: the window's pixels then cover
+    `step` plane pixels a side (its scale), so the window still holds objects as large as the view."""
 
     def __init__(self, layer: Labels) -> None:
         """`layer`: a square Labels layer placed on the plane, its origin at the plane's (0, 0)."""
         self.size = layer.data.shape[0]
         self._scale = np.asarray(layer.scale)[-2:]
         self._translate = np.asarray(layer.translate)[-2:]
-        self._origin = (0, 0)  # the plane pixel at the window's first row and column
+        self._origin = (0, 0)  # the window's first row and column, in plane pixels reduced `_step` times
+        self._step = 1
         self._live = LivePreview(layer)
 
     @property
@@ -247,19 +280,35 @@ class WindowPreview:
         return self._live.layer
 
     def show(
-        self, mask: np.ndarray | None, hint: np.ndarray | None = None, offset: Offset = (0, 0), hint_offset: Offset = (0, 0)
+        self,
+        mask: np.ndarray | None,
+        hint: np.ndarray | None = None,
+        offset: Offset = (0, 0),
+        hint_offset: Offset = (0, 0),
+        step: int = 1,
     ) -> None:
-        """As `LivePreview.show`."""
+        """As `LivePreview.show`; a pixel of `mask` and `hint` covers `step` plane pixels a side
+        (their offsets, in plane pixels, are multiples of it)."""
+        offset, hint_offset = (offset[0] // step, offset[1] // step), (hint_offset[0] // step, hint_offset[1] // step)
         box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
+        if step != self._step:
+            self._live.show(None)
+            self._step = step
+            self.layer.scale = self._scale * step
+            self._origin = None
         if box is not None and not self._holds(box):
             self._live.show(None)
             centre = np.array([box[0] + box[1], box[2] + box[3]]) // 2
             self._origin = tuple(int(c) for c in np.maximum(centre - self.size // 2, 0))
-            self.layer.translate = self._translate + np.array(self._origin) * self._scale
+            self.layer.translate = self._translate + np.array(self._origin) * self._scale * step
+        if self._origin is None:  # rescaled, and nothing to show yet
+            return
         y, x = self._origin
         self._live.show(mask, hint, (offset[0] - y, offset[1] - x), (hint_offset[0] - y, hint_offset[1] - x))
 
     def _holds(self, box: tuple[int, int, int, int]) -> bool:
+        if self._origin is None:
+            return False
         (y, x), n = self._origin, self.size
         return y <= box[0] and box[1] <= y + n and x <= box[2] and box[3] <= x + n
 

@@ -25,7 +25,7 @@ from ..engines import create_engine, offered_models
 from ..features import FeatureCache
 from ..registry import MODELS
 from ..session import InteractiveSession, ObjectPrompts, Preview
-from ..tiles import Tile, view_order
+from ..tiles import Tile, tile_grid, view_order
 from . import bindings, layers
 from .automatic import VIEW, AutomaticSegmentation
 from .form import SettingsForm
@@ -217,6 +217,7 @@ class TritonSamWidget(SettingsForm):
             key,
             data,
             contrast,
+            layers.plane_levels(self.image, index),
             _progress={"desc": "triton-sam: encoding"},
             _ignore_errors=True,
             _start_thread=False,
@@ -253,18 +254,20 @@ class TritonSamWidget(SettingsForm):
             self._view_timer.start()
 
     def _encode_view(self) -> None:
-        """Encode the tiles in view (centre first), then those around it, in the background."""
+        """Encode the tiles in view (centre first), then those around it, in the background; the
+        tiles are as coarse as the screen's pixels (zoomed out: the plane reduced, a pyramid level)."""
         if not self.tiled:
             return
         self._view_generation += 1
         generation, session = self._view_generation, self.session
+        session.set_tile_step(layers.screen_step(self.image, bindings.camera(self.viewer).zoom))
         y0, x0, y1, x1 = layers.visible_region(self.image)
         size = session.spec.input_size
-        inside, near = view_order(session.tiles, Tile(y0, x0, y1, x1), around=size // 2)
+        step = session.tile_step
+        inside, near = view_order(session.tiles, Tile(y0, x0, y1, x1), around=size * step // 2)
         if len(inside) > MAX_VIEW_TILES:
             self.set_status(
-                f"Zoom in to segment: the view shows {len(inside)} tiles of {size} px and up to {MAX_VIEW_TILES} "
-                "are encoded at a time (large planes are segmented at native resolution)."
+                f"Zoom in to segment: the view shows {len(inside)} tiles and up to {MAX_VIEW_TILES} are encoded at a time."
             )
             return
         ahead = (inside + near)[:MAX_VIEW_TILES]
@@ -407,7 +410,8 @@ class TritonSamWidget(SettingsForm):
             return
         where, tiles = self.chosen_region(), None
         if self.tiled:  # the tiles in view, each at native resolution
-            tiles, _ = view_order(self.session.tiles, Tile(*layers.visible_region(self.image)), around=0)
+            native = tile_grid(layers.plane_shape(self.image), self.session.spec.input_size)
+            tiles, _ = view_order(native, Tile(*layers.visible_region(self.image)), around=0)
             if where != VIEW or len(tiles) > MAX_VIEW_TILES:
                 self.set_status(
                     f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
@@ -516,7 +520,7 @@ class TritonSamWidget(SettingsForm):
         if preview is None:
             self.preview.show(None)
         else:
-            self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset)
+            self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset, preview.step)
         if preview is not None:
             self.preview_shown.emit(preview)
         stats = self.session.stats
