@@ -408,3 +408,19 @@ def test_coarse_tiles_are_read_from_the_pyramid_level_of_their_step(session):
     committed = session.commit()
     placed, disk = _on_plane(committed.mask, committed.offset), _disk(x, y, r)
     assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.01
+
+
+def test_tiles_of_a_plane_not_shown_are_prefetched_into_the_cache_until_asked_to_stop(big_session):
+    session = big_session
+    other = disk_image(BIG_H, BIG_W, [(1450, 896, 70)])
+    wanted = [t for t in session.tiles if t.margin(np.array([[1450, 896]])) >= 0] + [session.tiles[0]]  # 3 contents
+    misses, hits = session.cache.misses, session.cache.hits
+    session.prefetch(other, tiles=wanted, should_stop=lambda: session.cache.misses - misses >= 2)
+    assert session.cache.misses - misses == 2  # stopped before the third
+    session.prefetch(other, tiles=wanted)
+    assert session.cache.misses - misses == 3 and session.cache.hits - hits == 2
+    session.set_plane(("other", 0), other)
+    assert session.encode_tiles(wanted) == 3 and session.cache.misses - misses == 3  # shown: found in the cache
+    session.hover(1450, 896)
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (1450, 896))
+    assert _on_plane(preview.mask, preview.offset)[_disk(1450, 896, 70)].mean() > 0.95

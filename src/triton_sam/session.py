@@ -180,10 +180,39 @@ class InteractiveSession:
 
     # --- planes -------------------------------------------------------------------------------
 
-    def prefetch(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
-        """Encode a plane into the cache without showing it (neighbouring planes; not tiled ones)."""
+    def prefetch(
+        self,
+        image,
+        contrast_limits: ContrastLimits | None = None,
+        tiles: Sequence[Tile] = (),
+        levels: Mapping[int, object] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        yield_to_cursor_s: float = 0.0,
+    ) -> None:
+        """Encode a plane into the cache without showing it (neighbouring planes): the whole plane,
+        or, of a tiled one, `tiles` (e.g. those in view on the plane shown), each after the cursor
+        has rested `yield_to_cursor_s`, stopping when `should_stop()` says so. Showing the plane
+        later finds them in the cache (keyed by content)."""
         if not self.is_tiled(image.shape[:2]):
             self.cache.features(encoder_input(np.asarray(image), self.spec, contrast_limits))
+            return
+        contrast = plane_limits(image, contrast_limits)
+        plane = _Plane(None, tuple(image.shape[:2]), list(tiles), image=image, levels=dict(levels or {}), contrast=contrast)
+
+        def stopped() -> bool:
+            return self._closed or (should_stop is not None and should_stop())
+
+        for tile in tiles:
+            if not self._cursor_rested(yield_to_cursor_s, stopped):
+                return
+            self._tile_features(plane, tile)
+
+    def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
+        """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews
+        on a shared CPU); False, at once, when `stopped()` says so."""
+        while not stopped() and time.perf_counter() - self._moved_at < seconds:
+            time.sleep(0.05)
+        return not stopped()
 
     def is_tiled(self, shape: tuple[int, int]) -> bool:
         """Whether a plane of `shape` (H, W) is covered by tiles rather than encoded whole."""
@@ -263,9 +292,7 @@ class InteractiveSession:
 
         encoded, remaining = 0, list(tiles)
         for done in range(1, len(tiles) + 1):
-            while not stopped() and time.perf_counter() - self._moved_at < yield_to_cursor_s:
-                time.sleep(0.05)
-            if stopped():
+            if not self._cursor_rested(yield_to_cursor_s, stopped):
                 break
             tile = self._next_tile(remaining)
             remaining.remove(tile)

@@ -130,3 +130,25 @@ def test_a_large_plane_preview_is_a_window_that_moves_only_when_a_preview_falls_
     assert tuple(layer.translate) != translate and shown(15100, 12200) == 1 and int((layer.data > 0).sum()) == 300
     preview.show(None)
     assert not layer.data.any()
+    preview.show(mask, None, offset=(8000, 8000), step=4)  # zoomed out: a window pixel covers 4 x 4 plane pixels
+    np.testing.assert_allclose(layer.scale, np.asarray(image.scale) * 4)
+    assert shown(8400 + 1, 8800 + 2) == 1 and shown(8400 + 39, 8800 + 119) == 1 and not shown(8400 + 40, 8800)
+    assert int((layer.data > 0).sum()) == 300  # its pixels as they came: the mask at the tiles' resolution
+    preview.show(mask, None, offset=(3000, 4000))  # zoomed in again: full resolution, nothing left from before
+    np.testing.assert_allclose(layer.scale, image.scale)
+    assert shown(3100, 4200) == 1 and int((layer.data > 0).sum()) == 300
+
+
+def test_zoomed_out_tiles_are_as_coarse_as_screen_pixels_and_read_from_the_pyramid_levels_that_reduce_the_plane_only():
+    from napari.components import ViewerModel
+
+    viewer = ViewerModel()
+    plane = np.zeros((3, 4096, 4096), np.uint16)
+    image = viewer.add_image(plane, scale=(1.0, 0.5, 0.5))
+    assert [layers.screen_step(image, zoom) for zoom in (4.0, 2.0, 1.0, 0.5, 0.24, 0.06)] == [1, 1, 2, 4, 8, 32]
+    pyramid = [plane, plane[:, ::2, ::2], plane[:, ::4, ::4], plane[::3, ::8, ::8], plane[:, ::6, ::3]]
+    multiscale = viewer.add_image(pyramid, multiscale=True)
+    assert multiscale.downsample_factors.tolist()[3] == [3.0, 8.0, 8.0]
+    levels = layers.plane_levels(multiscale, (2,))
+    assert sorted(levels) == [2, 4] and levels[4].shape == (1024, 1024)  # the z-reduced and uneven levels left out
+    assert layers.plane_levels(image, (2,)) == {}

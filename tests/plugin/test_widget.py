@@ -767,3 +767,41 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     np.testing.assert_allclose(preview.scale, image.scale)
     assert abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
     widget.close_session()
+
+
+def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_view_of_other_planes(
+    qtbot, viewer, synthetic_repository
+):
+    from triton_sam.image import encoder_input
+    from triton_sam.tiles import Tile, view_order
+
+    stack = np.stack([disk_image(BIG_H, BIG_W, [(1400 + 40 * i, 896, 70)]) for i in range(3)])
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 0)
+    camera = bindings.camera(viewer)
+    camera.center, camera.zoom = (896, 1400), 1.0
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    session = widget.session
+    qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
+    inside, _ = view_order(session.tiles, Tile(*layers.visible_region(image)), around=0)
+    contrast = tuple(image.contrast_limits)
+
+    def cached(plane: int) -> bool:
+        inputs = [encoder_input(stack[plane][t.window], session.spec, contrast) for t in inside]
+        return all(session.cache.signature(x) in session.cache for x in inputs)
+
+    qtbot.waitUntil(lambda: cached(1), timeout=60000)  # the neighbour's view, once the cursor rested
+    assert not cached(2)
+    widget.encode_all.click()
+    qtbot.waitUntil(lambda: widget.encode_all.text() == "Encode all planes", timeout=60000)
+    assert cached(2) and "Encoded 3 of 3 planes" in widget.status.text()
+
+    hits, misses = session.cache.hits, session.cache.misses
+    viewer.dims.set_current_step(0, 2)
+    qtbot.waitUntil(lambda: widget.ready and all(session.encoded(t) for t in inside), timeout=30000)
+    assert session.cache.hits - hits >= len(inside)  # found in the cache, not encoded again
+    move(viewer, world(image, 1480, 896))
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    qtbot.waitUntil(lambda: _shown(preview, image, 1480, 896) == 1, timeout=10000)
+    assert session.cache.misses - misses <= 9  # at most the tiles around the view (not asked for by Encode all)
+    widget.close_session()

@@ -300,7 +300,8 @@ class WindowPreview:
             self._live.show(None)
             centre = np.array([box[0] + box[1], box[2] + box[3]]) // 2
             self._origin = tuple(int(c) for c in np.maximum(centre - self.size // 2, 0))
-            self.layer.translate = self._translate + np.array(self._origin) * self._scale * step
+            # A window pixel's centre is its `step` x `step` plane pixels' centre.
+            self.layer.translate = self._translate + (np.array(self._origin) * step + (step - 1) / 2) * self._scale
         if self._origin is None:  # rescaled, and nothing to show yet
             return
         y, x = self._origin

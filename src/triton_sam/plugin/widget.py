@@ -261,10 +261,8 @@ class TritonSamWidget(SettingsForm):
         self._view_generation += 1
         generation, session = self._view_generation, self.session
         session.set_tile_step(layers.screen_step(self.image, bindings.camera(self.viewer).zoom))
-        y0, x0, y1, x1 = layers.visible_region(self.image)
-        size = session.spec.input_size
-        step = session.tile_step
-        inside, near = view_order(session.tiles, Tile(y0, x0, y1, x1), around=size * step // 2)
+        view = Tile(*layers.visible_region(self.image))
+        inside, near = view_order(session.tiles, view, around=session.spec.input_size * session.tile_step // 2)
         if len(inside) > MAX_VIEW_TILES:
             self.set_status(
                 f"Zoom in to segment: the view shows {len(inside)} tiles and up to {MAX_VIEW_TILES} are encoded at a time."
@@ -273,9 +271,7 @@ class TritonSamWidget(SettingsForm):
         ahead = (inside + near)[:MAX_VIEW_TILES]
         todo = [t for t in ahead if t in inside and not session.encoded(t)]
         around = [t for t in ahead if t not in inside and not session.encoded(t)]
-        if not todo and not around:
-            return
-        visible = len(todo)
+        visible, index = len(todo), self._index
 
         def moved_on() -> bool:
             return generation != self._view_generation or session is not self.session
@@ -289,7 +285,12 @@ class TritonSamWidget(SettingsForm):
 
         worker = create_worker(encode, _ignore_errors=True, _start_thread=False)
         worker.errored.connect(self._failed)
+        worker.returned.connect(lambda _: moved_on() or self._prefetch_neighbours(index, inside, moved_on))
         worker.start()
+
+    def _view_tiles(self) -> list[Tile]:
+        """The tiles of the plane shown that meet the view, nearest its centre first."""
+        return view_order(self.session.tiles, Tile(*layers.visible_region(self.image)), around=0)[0]
 
     @ensure_main_thread
     def _tiles_progress(self, done: int, total: int, visible: int, before: int = 0) -> None:
@@ -303,8 +304,10 @@ class TritonSamWidget(SettingsForm):
             progress = f"tiles in view ready; around it {done - visible} of {total - visible}"
         self.say_ready(f"{self.session.engine.describe()}: {progress}.")
 
-    def _prefetch_neighbours(self, index: tuple[int, ...]) -> None:
-        """Encode the planes one step away on each slider in the background (cached by content)."""
+    def _prefetch_neighbours(self, index: tuple[int, ...], tiles: list[Tile] = (), view_moved=lambda: False) -> None:
+        """Encode the planes one step away on each slider in the background (cached by content):
+        whole, or of large planes the `tiles` in view, these once the cursor rests and until
+        `view_moved()`."""
         shape = self.image.data.shape[: self.image.ndim - 2]
         neighbours = [
             index[:axis] + (index[axis] + step,) + index[axis + 1 :]
@@ -317,16 +320,21 @@ class TritonSamWidget(SettingsForm):
         contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
         session, image = self.session, self.image
 
+        def moved_on() -> bool:
+            return session is not self.session or self._index != index or view_moved()  # stop guessing
+
         def prefetch():
             for neighbour in neighbours:
-                if session is not self.session or self._index != index:
-                    return  # the user moved on: stop guessing
-                session.prefetch(layers.plane_data(image, neighbour), contrast)
+                if moved_on():
+                    return
+                data, levels = layers.plane_data(image, neighbour), layers.plane_levels(image, neighbour)
+                session.prefetch(data, contrast, tiles, levels, moved_on, AROUND_VIEW_WAIT_S if tiles else 0.0)
 
         create_worker(prefetch, _ignore_errors=True, _start_thread=False).start()
 
     def toggle_encode_all(self) -> None:
-        """Encode every plane of the layer in the background (with progress); pressed again, stop."""
+        """Encode every plane of the layer in the background (with progress); of large planes, the
+        tiles in view now (the same region of every plane). Pressed again, stop."""
         if self._encode_all_worker is not None:
             self._encode_all_worker.quit()
             return
@@ -337,10 +345,12 @@ class TritonSamWidget(SettingsForm):
         indices = list(np.ndindex(*shape))
         contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
         session, image = self.session, self.image
+        tiles = self._view_tiles() if self._large else []
 
         def encode_all():
             for done, index in enumerate(indices, 1):
-                session.prefetch(layers.plane_data(image, index), contrast)
+                data, levels = layers.plane_data(image, index), layers.plane_levels(image, index)
+                session.prefetch(data, contrast, tiles, levels, lambda: worker.abort_requested)
                 yield done
 
         worker = create_worker(
