@@ -55,11 +55,17 @@ def remove_holes_and_specks(low_res: np.ndarray, max_area: int, threshold: float
     return np.where(specks != low_res, specks, holes)
 
 
+def _source_positions(n_out: int, n_in: int, start: int, stop: int) -> np.ndarray:
+    """Where output samples start:stop of a bilinear n_in -> n_out resize read the source, with
+    half-pixel centres as PyTorch's `interpolate(mode="bilinear", align_corners=False)`."""
+    return np.clip((np.arange(start, stop) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+
+
 def bilinear_weights(n_out: int, n_in: int, start: int = 0, stop: int | None = None) -> np.ndarray:
     """Rows `start:stop` of the [n_out, n_in] matrix that resizes n_in samples to n_out bilinearly
-    with half-pixel centres, as PyTorch's `interpolate(mode="bilinear", align_corners=False)`."""
+    (see `_source_positions`)."""
     stop = n_out if stop is None else stop
-    source = np.clip((np.arange(start, stop) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    source = _source_positions(n_out, n_in, start, stop)
     first = np.floor(source).astype(np.int64)
     second = np.minimum(first + 1, n_in - 1)
     weights = np.zeros((stop - start, n_in), np.float32)
@@ -71,7 +77,7 @@ def bilinear_weights(n_out: int, n_in: int, start: int = 0, stop: int | None = N
 
 def _reach(n_out: int, n_in: int, lo: int, hi: int) -> tuple[int, int]:
     """Output samples start:stop of a bilinear n_in -> n_out resize that read source samples lo..hi."""
-    first = np.floor(np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1))
+    first = np.floor(_source_positions(n_out, n_in, 0, n_out))
     inside = np.flatnonzero((first >= lo - 1) & (first <= hi))
     return int(inside[0]), int(inside[-1]) + 1
 
