@@ -23,13 +23,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 from qtpy.QtCore import QEvent, QTimer
-from qtpy.QtOpenGLWidgets import QOpenGLWidget
 
 from ..plugin import bindings, layers
 from ..registry import DEFAULT_MODEL
 from ..tiles import Tile, view_order
 from . import timed_call
-from .gui import ScreenClock, StallMonitor, _hover, _run_until, open_widget, send_mouse
+from .gui import ScreenClock, StallMonitor, _canvas, _hover, _run_until, open_widget, send_mouse
 
 LARGE_SHAPE = (20000, 20000)
 CELL_SPACING = 48  # pixels between cell centres (a jittered lattice)
@@ -120,7 +119,7 @@ def _start(viewer, widget, image, canvas, action=None, counts=lambda preview: Tr
     """Start (or another `action`) with the cursor resting on the cell nearest the view's centre
     (the same position sent every 100 ms: napari's plugin sees none before Start is done), until
     the first preview that `counts` is on screen and the tiles in view are encoded."""
-    monitor, screen = StallMonitor(), ScreenClock(widget, canvas, counts)
+    monitor, screen = StallMonitor(canvas), ScreenClock(widget, canvas, counts)
     cy, cx = (int(c) // CELL_SPACING * CELL_SPACING + CELL_SPACING // 2 for c in bindings.camera(viewer).center[-2:])
     rest = QTimer()
     rest.setInterval(100)
@@ -165,9 +164,9 @@ def _zoom_out(viewer, widget, image, canvas) -> dict:
     return result
 
 
-def _pan(viewer, widget, image) -> dict:
+def _pan(viewer, widget, image, canvas) -> dict:
     """Pan by one view width; until the new view's tiles are encoded."""
-    monitor = StallMonitor()
+    monitor = StallMonitor(canvas)
     y0, x0, y1, x1 = layers.visible_region(image)
     camera = bindings.camera(viewer)
     monitor.start()
@@ -203,12 +202,12 @@ def _backend_run(backend: str, url: str | None, model_id: str, repository: Path,
         camera = bindings.camera(viewer)
         camera.center, camera.zoom = (shape[0] / 2, shape[1] / 2), 1.0  # native resolution
         _run_until(lambda: False, 0.5)
-        canvas = next(w for w in widget.window().findChildren(QOpenGLWidget) if w.isVisible())
+        canvas = _canvas(widget)
         result = {"start": _start(viewer, widget, image, canvas)}
         y0, x0, y1, x1 = layers.visible_region(image)
         trace = [(t, x0 + x, y0 + y) for t, x, y in mouse_trace((y1 - y0, x1 - x0), 120.0, trace_s, seed)]
-        result["hover"] = _hover(viewer, widget, image, trace, StallMonitor())
-        result["pan"] = _pan(viewer, widget, image)
+        result["hover"] = _hover(viewer, widget, image, trace, StallMonitor(canvas))
+        result["pan"] = _pan(viewer, widget, image, canvas)
         encoded = [t for t in widget.session.tiles if widget.session.encoded(t)]
         result["tiles"] = {"plane": len(widget.session.tiles), "encoded": len(encoded)}
         result["zoom_out"] = _zoom_out(viewer, widget, image, canvas)

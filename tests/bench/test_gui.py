@@ -1,0 +1,46 @@
+"""The GUI benchmark's instruments in a real napari window under Xvfb."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("napari")
+from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
+
+from triton_sam.bench.gui import StallMonitor, _canvas, _run_until  # noqa: E402
+
+
+class SlowPaint(QObject):
+    """Makes each paint of the canvas `seconds` longer, as a slow software renderer would."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            time.sleep(self.seconds)
+        return False
+
+
+def test_a_stall_is_split_into_the_canvas_drawing_and_the_rest(viewer):
+    viewer.add_image(np.random.default_rng(0).random((200, 300)))
+    canvas = _canvas(viewer.window._qt_window)
+    _run_until(lambda: False, 0.3)  # the first frames (shaders compiled)
+    slow = SlowPaint(0.12)
+    canvas.installEventFilter(slow)  # before the monitor's filter, so it runs after it: inside the timed frame
+    monitor = StallMonitor(canvas)
+    monitor.start()
+    canvas.update()
+    _run_until(lambda: bool(monitor.frames), 5)
+    canvas.removeEventFilter(slow)
+    QTimer.singleShot(50, lambda: time.sleep(0.08))  # work on the GUI thread that is not drawing
+    _run_until(lambda: False, 0.3)
+    stalls = monitor.stop()
+
+    assert stalls["max_frame_ms"] >= 120 and stalls["max_stall_ms"] >= 120
+    assert 80 <= stalls["max_stall_besides_drawing_ms"] < 120, stalls
+    assert stalls["ticks"] > 100
