@@ -6,6 +6,8 @@ an RGB axis), at the indices the viewer's sliders point to.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Hashable
 
 import numpy as np
@@ -26,8 +28,26 @@ PREVIEW_HISTORY_BYTES = 32 * 2**20  # napari's undo history of the preview is le
 FULL_WRITE_FRACTION = 1 / 64  # a preview changing more of the layer than this is written whole (cheaper than napari per pixel)
 PREVIEW_WINDOW = 3072  # pixels a side of a large plane's preview layer: two tiles' masks fit in it
 OBJECTS_SUFFIX = " [triton-sam objects]"
+# What napari imports when it makes its first Labels layer (~0.3 s): its features table, label colours.
+LABELS_IMPORTS = ("pandas", "skimage.color")
 IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
+
+
+def import_for_labels() -> threading.Thread:
+    """Import `LABELS_IMPORTS` on a background thread, so that making the plugin's first layers at
+    Start does not wait for them on the GUI thread. Only a head start: napari imports them itself."""
+
+    def run() -> None:
+        for name in LABELS_IMPORTS:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+
+    thread = threading.Thread(target=run, name="triton-sam imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def plane_index(layer: Image, world_point) -> tuple[int, ...]:

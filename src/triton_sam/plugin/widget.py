@@ -75,6 +75,7 @@ class TritonSamWidget(SettingsForm):
         self.enabled.toggled.connect(self._on_enabled)
         self._hook()
         self._refresh_layers()
+        layers.import_for_labels()
 
     def _hook(self) -> None:
         """Follow the viewer: mouse, sliders, layer list, keys."""
