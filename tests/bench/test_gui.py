@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
+from qtpy.QtWidgets import QLabel  # noqa: E402
 
 from triton_sam.bench.gui import StallMonitor, _canvas, _run_until  # noqa: E402
 
@@ -26,17 +27,21 @@ class SlowPaint(QObject):
         return False
 
 
-def test_a_stall_is_split_into_the_canvas_drawing_and_the_rest(viewer):
+def test_a_stall_is_split_into_drawing_the_window_and_the_rest(viewer):
     viewer.add_image(np.random.default_rng(0).random((200, 300)))
-    canvas = _canvas(viewer.window._qt_window)
+    label = QLabel("a panel's status line")
+    viewer.window.add_dock_widget(label)
+    canvas = _canvas(label)
     _run_until(lambda: False, 0.3)  # the first frames (shaders compiled)
-    slow = SlowPaint(0.12)
-    canvas.installEventFilter(slow)  # before the monitor's filter, so it runs after it: inside the timed frame
     monitor = StallMonitor(canvas)
     monitor.start()
-    canvas.update()
-    _run_until(lambda: bool(monitor.frames), 5)
-    canvas.removeEventFilter(slow)
+    for widget, change in ((canvas, canvas.update), (label, lambda: label.setText("changed"))):
+        slow = SlowPaint(0.12)  # as a slow software renderer would draw the canvas, or compose the window
+        widget.installEventFilter(slow)
+        frames = len(monitor.frames)
+        change()
+        _run_until(lambda frames=frames: len(monitor.frames) > frames, 5)
+        widget.removeEventFilter(slow)
     QTimer.singleShot(50, lambda: time.sleep(0.08))  # work on the GUI thread that is not drawing
     _run_until(lambda: False, 0.3)
     stalls = monitor.stop()

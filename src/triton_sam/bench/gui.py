@@ -27,24 +27,29 @@ from .fixtures import BENCH_SHAPE
 
 
 class StallMonitor(QObject):
-    """Gaps between ticks of a 1 ms timer on the GUI thread, and how much of them `canvas` spent
-    drawing: from its paint event to the frame it swapped (vispy's draw and Qt's compose, which a
-    software renderer such as llvmpipe makes tens of ms; a GPU display, a few)."""
+    """Gaps between ticks of a 1 ms timer on the GUI thread, and how much of them the window of
+    `canvas` spent drawing: from its update request (or the canvas's paint event) to the frame the
+    canvas swapped. With an OpenGL canvas inside, Qt composes the whole window with OpenGL after
+    any repaint (the canvas's, or a label's text): a software renderer such as llvmpipe makes that
+    tens of ms; a GPU display, a few."""
 
     def __init__(self, canvas: QOpenGLWidget | None = None) -> None:
         super().__init__()
         self.ticks: list[float] = []
-        self.frames: list[tuple[float, float]] = []  # (paint event, frame swapped)
+        self.frames: list[tuple[float, float]] = []  # (drawing started, frame swapped)
         self._painting: float | None = None
         self._timer = QTimer()
         self._timer.setInterval(1)
         self._timer.timeout.connect(lambda: self.ticks.append(time.perf_counter()))
+        self._drawing_starts = {}  # watched object -> the event type that starts a frame
         if canvas is not None:
-            canvas.installEventFilter(self)
+            self._drawing_starts = {canvas: QEvent.Type.Paint, canvas.window(): QEvent.Type.UpdateRequest}
+            for watched in self._drawing_starts:
+                watched.installEventFilter(self)
             canvas.frameSwapped.connect(self._swapped)
 
     def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.Paint and self._painting is None:
+        if self._painting is None and self._drawing_starts.get(watched) == event.type():
             self._painting = time.perf_counter()
         return False
 
