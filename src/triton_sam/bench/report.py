@@ -269,7 +269,7 @@ def _gui(r: dict) -> str:
             "decode p50 / p95 ms (of those previews)",
             "previews",
             "max stall hovering ms",
-            "the same less canvas drawing ms",
+            "the same less window drawing ms",
             "max stall encoding ms",
             "Start s",
         ],
@@ -311,7 +311,7 @@ def _large(r: dict) -> str:
             "pan: new view encoded s",
             "move to pixels p50 / p95 ms",
             "max stall start / hover / pan ms (goal 50)",
-            "the same less canvas drawing ms",
+            "the same less window drawing ms",
             "longest frame ms",
             "hover: p99 gap ms",
             "memory peak MiB (client + server)",
@@ -325,9 +325,10 @@ def _large(r: dict) -> str:
         "resolution (napari window 1600x1000): tiles of the model's input, encoded where the view is. The reference "
         "is encoding every tile before the first prompt (as tools that tile do), estimated as the tile count times "
         "the tile encode time above. Start's stall includes napari creating the plugin's first layers, as on "
-        'small planes. A stall is the longest the GUI thread answered no timer; "less canvas drawing" subtracts '
-        "the time inside it from the canvas's paint event to its frame on screen, which this machine's software "
-        "renderer (llvmpipe) makes long: the rest is the plugin's and napari's own work.\n\n" + table
+        'small planes. A stall is the longest the GUI thread answered no timer; "less window drawing" subtracts '
+        "the time inside it from a repaint's start to its frame on screen (the canvas, or any widget: Qt then "
+        "composes the whole window with OpenGL), which this machine's software renderer (llvmpipe) makes long: "
+        "the rest is the plugin's and napari's own work.\n\n" + table
     )
     zoomed = [(name, run["zoom_out"]) for name, run in r.items() if isinstance(run, dict) and "zoom_out" in run]
     if zoomed:
@@ -348,7 +349,7 @@ def _large(r: dict) -> str:
             "to a coarse preview s",
             "view encoded s",
             "max stall ms",
-            "less canvas drawing ms",
+            "less window drawing ms",
         ]
         text += (
             "\nThen zoomed out to the whole plane (napari's reset view), the cursor resting at its centre: the tiles "
