@@ -3,7 +3,10 @@
 `encode` sends the image (as `image.encoder_input` makes it) once to the session model and keeps the returned handle;
 `decode` sends the handle and the prompts (about 1 KB). A decode can be cancelled for real:
 the gRPC call is cancelled, so a queued request is dropped before it runs (by Triton's batcher
-queue or by the session model) and a running one is stopped. If the server lost the embedding (evicted, restarted) the image
+queue or by the session model) and a running one is stopped. Servers older than Triton 2.57
+(25.04) can crash when a call is cancelled as its answer goes out, so there a cancelled decode
+waits for its answer and drops it: each caller keeps at most one call on the server, never a pile
+of abandoned ones. If the server lost the embedding (evicted, restarted) the image
 is encoded again and the decode retried, without the caller noticing.
 """
 
@@ -36,6 +39,10 @@ CHANNEL_ARGS = [
 ]
 _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
+# Before this version Triton's gRPC frontend can crash (SIGSEGV) when a call is cancelled just as its
+# answer is sent (triton-inference-server/server#7368 and #8034, fixed in March 2025). PyTriton
+# 0.7.0 bundles 2.51: 16 clients cancelling hover decodes crashed it within a minute.
+SAFE_CANCEL_VERSION = (2, 57)
 
 
 class _HandleLost(Exception):
@@ -80,8 +87,26 @@ class TritonClient:
             raise self.unreachable(error) from error
         return response["config"]
 
+    def server_version(self) -> tuple[int, ...]:
+        """Triton's version, as numbers (empty if the server does not say)."""
+        try:
+            metadata = self.grpc.get_server_metadata(headers=self.headers, as_json=True, client_timeout=self.timeout_s)
+        except InferenceServerException as error:
+            raise self.unreachable(error) from error
+        return _version_numbers(metadata.get("version", ""))
+
     def close(self) -> None:
         self.grpc.close()
+
+
+def _version_numbers(version: str) -> tuple[int, ...]:
+    """(2, 51, 0) for "2.51.0"; the leading numeric parts only."""
+    numbers = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
 
 
 def _message(error: Exception) -> str:
@@ -116,13 +141,17 @@ class TritonEngine(Engine):
         *,
         encode_timeout_s: float = 300.0,
         reconnect_s: float = 5.0,
+        cancel_on_server: bool | None = None,
     ) -> None:
+        """`cancel_on_server`: whether a cancelled decode's gRPC call is cancelled too; by default
+        only on servers without the cancellation crash (see SAFE_CANCEL_VERSION)."""
         self.spec = spec
         self.client = TritonClient(connection)
         self.encode_timeout_s = encode_timeout_s
         self.reconnect_s = reconnect_s
         try:
             config = self.client.session_config(spec)
+            server_version = self.client.server_version()
         except Exception:
             self.client.close()
             raise
@@ -133,10 +162,14 @@ class TritonEngine(Engine):
                 f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
                 f"needs {contract.CONTRACT_VERSION}. Export the model again with this version and restart the server."
             )
+        if cancel_on_server is None:
+            cancel_on_server = server_version >= SAFE_CANCEL_VERSION
+        self.cancel_on_server = cancel_on_server
         # Behind Triton's dynamic batcher, cancelling and resending on every mouse move delays the
         # final preview of a stroke (README, Serving), so there a running decode is cancelled only
-        # when overdue; without a batcher, cancelling always is fastest.
-        self.cancel_running = CANCEL_OVERDUE if "dynamic_batching" in config else CANCEL_ALWAYS
+        # when overdue, as where a cancel only drops the answer; otherwise cancelling always is fastest.
+        always = self.cancel_on_server and "dynamic_batching" not in config
+        self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
 
     def describe(self) -> str:
@@ -232,7 +265,7 @@ class TritonEngine(Engine):
             headers=self.client.headers,
             client_timeout=self.client.timeout_s,
         )
-        if cancel is not None:
+        if cancel is not None and self.cancel_on_server:
             cancel.on_cancel(call.cancel)
         return done, outcome, call
 
@@ -241,9 +274,9 @@ class TritonEngine(Engine):
             call.cancel()
             raise ServerUnavailableError(f"No answer from Triton at {self.client.url} in {self.client.timeout_s:.0f} s.")
         error = outcome["error"]
+        if cancel is not None and cancel.cancelled:  # an answer (where not cancelled on the wire) is dropped
+            raise DecodeCancelled("decode cancelled") from error
         if error is not None:
-            if cancel is not None and cancel.cancelled:
-                raise DecodeCancelled("decode cancelled") from error
             if contract.UNKNOWN_HANDLE in (error.message() or ""):
                 raise _HandleLost(handle)
             raise self._error(error) from error
