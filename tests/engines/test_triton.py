@@ -273,21 +273,26 @@ def test_a_decode_cancelled_while_running_is_stopped_on_the_server(models_server
 
     before = _request_ns(url, TINY.session_name)
     engine.decode(features, heavy)
-    finished = _request_ns(url, TINY.session_name)
+    while (finished := _request_ns(url, TINY.session_name))["success_count"] == before["success_count"]:
+        time.sleep(0.01)  # Triton updates its statistics just after it answers
     full_run_ns = finished["success_ns"] - before["success_ns"]
 
+    before_outcomes = _settled_requests(models_server, TINY.session_name)
     token = CancelToken()
     threading.Timer(full_run_ns / 4e9, token.cancel).start()  # a quarter of the way in
     with pytest.raises(DecodeCancelled):
         engine.decode(features, heavy, cancel=token)
     deadline = time.monotonic() + 10
-    # Triton counts the model's CANCELLED response as a completed request; its time is what matters.
-    while (after := _request_ns(url, TINY.session_name))["success_count"] == finished["success_count"]:
+    # The client stops waiting at once; the server answers once it stopped the run.
+    while _request_ns(url, TINY.session_name)["success_count"] == finished["success_count"]:
         assert time.monotonic() < deadline, "the server never answered the cancelled request"
         time.sleep(0.05)
+    # The session model counts a run as cancelled_running only when ONNX Runtime stopped it before
+    # its end. (Its server time is a poor witness: on a busy CI machine one such run took 704 ms of
+    # the full run's 907.)
+    outcomes = _delta(before_outcomes, _settled_requests(models_server, TINY.session_name))
     engine.close()
-    assert after["success_count"] == finished["success_count"] + 1
-    assert after["success_ns"] - finished["success_ns"] < 0.7 * full_run_ns  # stopped, not run to the end
+    assert outcomes == {"cancelled_running": 1}
 
 
 @pytest.fixture(scope="module")
