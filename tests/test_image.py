@@ -1,10 +1,11 @@
+import math
 import tracemalloc
 
 import numpy as np
 import pytest
 
 from triton_sam.errors import InvalidInputError
-from triton_sam.image import encoder_input, to_uint8
+from triton_sam.image import encoder_input, read_window, to_uint8
 from triton_sam.registry import get_model
 
 SAM2 = get_model("sam2.1_hiera_tiny")
@@ -103,3 +104,81 @@ def test_a_huge_uint16_plane_becomes_an_encoder_input_without_float_copies():
     assert peak < 1.2 * plane.size  # a float32 copy would be 1.6 GB; the uint8 plane is 400 MB
     y0, y1, x0, x1 = (round(v * 4096 / 20000) for v in (5000, 9000, 6000, 12000))
     assert (result[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2] == round(50000 * 255 / plane.max())).all()
+
+
+class ReadLog:
+    """An array that records the rows of each window read from it (a lazily read plane)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array, self.rows = array, []
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def __getitem__(self, key):
+        self.rows.append((key[0].start, key[0].stop))
+        return self.array[key]
+
+
+def _block_mean(array: np.ndarray, factor: int) -> np.ndarray:
+    """Each factor x factor block's mean, one block at a time (the plain definition)."""
+    rows, cols = -(-array.shape[0] // factor), -(-array.shape[1] // factor)
+    means = np.empty((rows, cols, *array.shape[2:]))
+    for r in range(rows):
+        for c in range(cols):
+            means[r, c] = array[r * factor : (r + 1) * factor, c * factor : (c + 1) * factor].mean(axis=(0, 1))
+    return means
+
+
+def test_a_window_within_the_side_limit_is_read_as_it_is():
+    plane = ReadLog(np.random.default_rng(6).integers(0, 65536, (300, 400), dtype=np.uint16))
+    window = read_window(plane, 10, 210, 30, 330, max_side=300)
+    assert np.array_equal(window, plane.array[10:210, 30:330]) and plane.rows == [(10, 210)]
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.random.default_rng(7).integers(0, 65536, (203, 157), dtype=np.uint16),
+        np.random.default_rng(8).integers(0, 256, (203, 157, 3), dtype=np.uint8),
+        np.random.default_rng(9).normal(0, 1, (203, 157)).astype(np.float32),
+    ],
+    ids=["uint16", "rgb uint8", "float32"],
+)
+def test_a_window_over_the_side_limit_is_reduced_to_block_means_a_band_of_rows_at_a_time(monkeypatch, array):
+    """203 x 157 within 50 px a side: 5 x 5 blocks (the last row and column of blocks smaller), read
+    in bands of 10 rows (two block rows each), in the plane's dtype."""
+    values = 157 * math.prod(array.shape[2:])
+    monkeypatch.setattr("triton_sam.image._BAND_BYTES", 2 * (5 * values * array.itemsize + values * 8))
+    plane = ReadLog(array)
+    window = read_window(plane, 0, 203, 0, 157, max_side=50)
+    expected = _block_mean(array, 5)
+    assert window.shape == (41, 32, *array.shape[2:]) and window.dtype == array.dtype
+    if array.dtype.kind == "f":
+        np.testing.assert_allclose(window, expected, rtol=1e-5, atol=1e-6)
+    else:
+        assert np.array_equal(window, np.rint(expected))
+    assert plane.rows == [(y, min(y + 10, 203)) for y in range(0, 203, 10)]
+
+
+def test_a_reduced_bool_window_keeps_blocks_mostly_set():
+    array = np.zeros((40, 40), bool)
+    array[:20, :] = True
+    array[20:23, :] = True  # 3 of 4 rows of the next block row: mostly set
+    window = read_window(array, 0, 40, 0, 40, max_side=10)
+    assert window.dtype == np.bool_ and window[:6].all() and not window[6:].any()
+
+
+def test_a_zoomed_out_tile_of_a_huge_plane_is_read_without_holding_its_window():
+    """A 16384-px window of a 20000x20000 uint16 plane (512 MB) read within 4096 px: 4 x 4 block
+    means, in memory near the 32 MB result."""
+    plane = np.zeros((20000, 20000), np.uint16)
+    plane[5000:9000, 6000:12000] = 50000  # a bright object
+    plane[1:4096:8, 2:4096:8] = 4000  # one pixel in each of some 4 x 4 blocks
+    tracemalloc.start()
+    try:
+        window = read_window(plane, 0, 16384, 0, 16384, max_side=4096)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert window.shape == (4096, 4096) and window.dtype == np.uint16 and peak < 3 * window.nbytes
+    assert (window[1250:2250, 1500:3000] == 50000).all() and window[1249, 1500:3000].max() == 0
+    assert (window[0:1024:2, 0:1024:2] == 250).all() and (window[1:1024:2, :1024] == 0).all()

@@ -410,6 +410,28 @@ def test_coarse_tiles_are_read_from_the_pyramid_level_of_their_step(session):
     assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.01
 
 
+def test_coarse_tiles_beyond_the_pyramid_are_reduced_while_read_a_band_at_a_time(session):
+    """A 4600-px plane with no pyramid, zoomed out to one tile: its 4600-px window (over the 4096 px
+    read whole) is read in bands, not at once, and the object still comes whole at full resolution."""
+    side, (x, y, r) = 4600, (2300, 2200, 1200)
+    plane = ReadLog(disk_image(side, side, [(x, y, r)]))
+    session.set_plane(("no pyramid", 0), plane)
+    session.set_tile_step(8)
+    assert session.tiles == [Tile(0, 0, side, side, 8)] and session.encode_tiles(session.tiles) == 1
+    bands = [key for key in plane.reads if key[1] == slice(0, side)]
+    assert len(bands) > 1 and bands[0][0].start == 0 and bands[-1][0].stop == side
+    assert all(band[0].stop - band[0].start < side // 2 for band in bands)
+    session.hover(x, y)
+    session.previews.wait_for(lambda p: p is not None and p.point == (x, y))
+    committed = session.commit()
+    placed = np.zeros((side, side), bool)
+    (top, left), (height, width) = committed.offset, committed.mask.shape
+    placed[top : top + height, left : left + width] = committed.mask
+    yy, xx = np.mgrid[:side, :side]
+    disk = (xx - x) ** 2 + (yy - y) ** 2 <= r**2
+    assert placed[disk].mean() > 0.95 and placed[~disk].mean() < 0.01
+
+
 def test_tiles_of_a_plane_not_shown_are_prefetched_into_the_cache_until_asked_to_stop(big_session):
     session = big_session
     other = disk_image(BIG_H, BIG_W, [(1450, 896, 70)])

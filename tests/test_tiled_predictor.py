@@ -10,6 +10,7 @@ from synthetic import disk_image
 from triton_sam import Predictor
 from triton_sam.errors import InvalidInputError
 from triton_sam.tiled_predictor import TiledPredictor, sampled_limits
+from triton_sam.tiles import Tile
 
 H, W = 2600, 3000  # tiled: over 2 x 1024 px; tiles start at x 0, 768, 1536, 1976 and y 0, 768, 1536, 1576
 DISKS = [(300, 300, 60), (896, 1400, 70), (1790, 700, 50), (2900, 2500, 40)]  # the second lies in an overlap
@@ -93,6 +94,24 @@ def test_a_uint16_plane_is_scaled_to_uint8_alike_in_every_tile(tiled, synthetic_
         predictor.set_image(plane[tile.window], contrast_limits=(1000, 60000))
         expected, _, _ = predictor.predict(point_coords=[[300 - tile.x0, 300 - tile.y0]], point_labels=[1])
     np.testing.assert_array_equal(masks, expected)
+
+
+def test_a_coarse_tile_over_the_read_limit_decodes_as_the_predictor_does_its_block_averaged_crop(tiled, synthetic_repository):
+    """Step 8 on a 4600-px plane: one tile whose 4600-px crop (over the 4096 px read whole) is
+    reduced 2 x 2 while read; the masks are the predictor's on that reduced crop, scaled back up."""
+    side = 4600
+    plane = disk_image(side, side, [(2300, 2200, 1200)])
+    tiled.set_image(plane, step=8)
+    assert tiled.tiles == [Tile(0, 0, side, side, 8)]
+    masks, _, _, tile = tiled.predict_in_tile(point_coords=[[2300, 2200]], point_labels=[1])
+    reduced = plane.reshape(side // 2, 2, side // 2, 2).mean(axis=(1, 3))
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(np.rint(reduced).astype(np.uint8))
+        expected, _, _ = predictor.predict(point_coords=[[1150, 1100]], point_labels=[1])
+    assert masks.shape == (3, side, side)
+    for ours, theirs in zip(masks, expected):
+        upscaled = theirs.repeat(2, axis=0).repeat(2, axis=1)
+        assert np.count_nonzero(ours != upscaled) < 0.002 * ours.size  # the edges, upsampled from different sizes
 
 
 def test_through_triton_the_server_encodes_the_tiles_and_the_masks_are_the_same(synthetic_server, synthetic_repository, plane):

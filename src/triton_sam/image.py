@@ -7,10 +7,13 @@ Conversion rules (documented in the README):
 - grayscale (HxW or HxWx1) stays one channel (the encoder repeats it to RGB), RGBA drops alpha.
 
 Planes of any size are converted without full-size float copies: scaling runs in blocks of rows
-and resizing works on uint8 (memory stays near one uint8 plane).
+and resizing works on uint8 (memory stays near one uint8 plane). Windows of planes too large to
+hold (a zoomed-out tile of a plane with no pyramid level to match) are reduced while they are read.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from PIL import Image
@@ -20,6 +23,7 @@ from .registry import ModelSpec
 
 ContrastLimits = tuple[float, float]
 _BLOCK_PIXELS = 2**22  # rows scaled per step: about 16 MiB of float32
+_BAND_BYTES = 2**25  # a window reduced while read is read in bands of rows: about 32 MiB each, sums included
 
 
 def to_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
@@ -73,6 +77,52 @@ def resize_uint8(image: np.ndarray, height: int, width: int) -> np.ndarray:
     if image.shape[:2] == (height, width):
         return image
     return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((width, height), Image.BILINEAR))
+
+
+def read_window(array, y0: int, y1: int, x0: int, x1: int, max_side: int) -> np.ndarray:
+    """`array[y0:y1, x0:x1]` as a numpy array (`array`: any array that slices: numpy, dask, zarr).
+    A window with a side over `max_side` is read a band of rows at a time and reduced to the mean of
+    each f x f block (f the smallest integer that brings both sides within `max_side`; the last
+    blocks of a side may be smaller), in `array`'s dtype: memory stays near one band, not the window."""
+    factor = -(-max(y1 - y0, x1 - x0) // max_side)
+    if factor == 1:
+        return np.asarray(array[y0:y1, x0:x1])
+    dtype = np.dtype(array.dtype)
+    values = (x1 - x0) * math.prod(array.shape[2:])  # in a row of the window
+    band = max(1, _BAND_BYTES // (factor * values * dtype.itemsize + values * 8)) * factor  # rows read, their float64 sums
+    out = np.empty((-(-(y1 - y0) // factor), -(-(x1 - x0) // factor), *array.shape[2:]), dtype)
+    for y in range(y0, y1, band):
+        means = _block_means(np.asarray(array[y : min(y + band, y1), x0:x1]), factor)
+        row = (y - y0) // factor
+        out[row : row + len(means)] = _rounded(means, dtype)
+    return out
+
+
+def _rounded(means: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Block means as `dtype` holds them: rounded for integers, set where mostly set for bool."""
+    if dtype == np.bool_:
+        return means >= 0.5
+    return np.rint(means) if dtype.kind in "iu" else means
+
+
+def _block_means(block: np.ndarray, factor: int) -> np.ndarray:
+    """The mean of each `factor` x `factor` block of `block` (rows, columns, then any channels), float64."""
+    rows, row_counts = _sum_rows(block, factor)
+    sums, col_counts = _sum_rows(rows.swapaxes(0, 1), factor)
+    counts = np.outer(row_counts, col_counts).reshape(len(row_counts), len(col_counts), *(1,) * (block.ndim - 2))
+    return sums.swapaxes(0, 1) / counts
+
+
+def _sum_rows(array: np.ndarray, factor: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sums (float64) of each `factor` consecutive rows of `array`, and how many rows each sums
+    (`factor`, but fewer for the last when `factor` does not divide the rows)."""
+    whole = array.shape[0] // factor * factor
+    sums = array[:whole].reshape(whole // factor, factor, *array.shape[1:]).sum(axis=1, dtype=np.float64)
+    counts = [factor] * (whole // factor)
+    if whole < array.shape[0]:
+        sums = np.concatenate([sums, array[whole:].sum(axis=0, dtype=np.float64, keepdims=True)])
+        counts.append(array.shape[0] - whole)
+    return sums, np.array(counts)
 
 
 def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastLimits | None = None) -> np.ndarray:

@@ -52,6 +52,12 @@ class ModelSpec:
         """Longest side of an image the client sends to the encoder."""
         return MAX_SENT_FACTOR * self.input_size if self.resize == STRETCH else self.input_size
 
+    @property
+    def max_read_side(self) -> int:
+        """Longest side of a window of a large plane read as it is for a tile; larger windows (tiles
+        zoomed out beyond the plane's pyramid) are reduced while they are read (`image.read_window`)."""
+        return MAX_SENT_FACTOR * self.input_size
+
     def sent_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of the encoder input the client makes from an image of `image_hw`: the image
         itself with sides capped at `max_sent_side` (stretch: the encoder resizes), or `input_hw` (SAM1)."""

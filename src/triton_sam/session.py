@@ -33,7 +33,7 @@ import numpy as np
 from .engines import CancelToken, Engine, ImageFeatures
 from .errors import InvalidInputError
 from .features import FeatureCache
-from .image import ContrastLimits, encoder_input
+from .image import ContrastLimits, encoder_input, read_window
 from .prompts import model_request
 from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
 from .tiled_predictor import plane_limits
@@ -120,14 +120,14 @@ class _Plane:
     contrast: ContrastLimits | None = None
     signatures: dict[Tile, str] = field(default_factory=dict)  # tiles encoded: the cache holds them, bounded
 
-    def read(self, tile: Tile) -> np.ndarray:
+    def read(self, tile: Tile, max_side: int) -> np.ndarray:
         """A tiled plane's pixels under `tile`, from the coarsest pyramid level whose factor divides
         the tile's step (full resolution when none does); the encoder's own resize reduces the rest,
-        as it reduces a plane encoded whole."""
+        as it reduces a plane encoded whole, after windows over `max_side` are reduced while read."""
         factor = max((f for f in self.levels if tile.step % f == 0), default=1)
         level = self.image if factor == 1 else self.levels[factor]
-        rows = slice(tile.y0 // factor, -(-tile.y1 // factor))
-        return np.asarray(level[rows, tile.x0 // factor : -(-tile.x1 // factor)])
+        y0, y1, x0, x1 = tile.y0 // factor, -(-tile.y1 // factor), tile.x0 // factor, -(-tile.x1 // factor)
+        return read_window(level, y0, y1, x0, x1, max_side)
 
     @property
     def tiled(self) -> bool:
@@ -320,7 +320,7 @@ class InteractiveSession:
         if features is None and tile in plane.signatures:
             features = self.cache.get(plane.signatures[tile])
         if features is None:
-            model_input = encoder_input(plane.read(tile), self.spec, plane.contrast)
+            model_input = encoder_input(plane.read(tile, self.spec.max_read_side), self.spec, plane.contrast)
             key = self.cache.signature(model_input)
             features = self.cache.features(model_input, key)
             with self._lock:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
 from .features import FeatureCache
-from .image import ContrastLimits, encoder_input
+from .image import ContrastLimits, encoder_input, read_window
 from .predictor import EngineOwner, decode_masks
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
@@ -28,7 +28,8 @@ class TiledPredictor(EngineOwner):
     tile: the whole plane, as `Predictor` does. One prompt set at a time (points, box); all of its
     prompts are decoded with one tile (`tiles.tile_for_prompts`). With `step` > 1 the tiles are
     coarser: each covers `step` x the input size a side, encoded from its crop reduced as a whole
-    plane is (for objects larger than a native tile); masks still come at full resolution.
+    plane is (for objects larger than a native tile; a crop over `spec.max_read_side` is first
+    block-averaged while read, never held whole); masks still come at full resolution.
     """
 
     def __init__(
@@ -74,7 +75,8 @@ class TiledPredictor(EngineOwner):
     def tile_features(self, tile: Tile) -> ImageFeatures:
         """The features of one tile (encoded now unless cached)."""
         self._require_image()
-        return self.cache.features(encoder_input(np.asarray(self._plane[tile.window]), self.spec, self._contrast))
+        window = read_window(self._plane, tile.y0, tile.y1, tile.x0, tile.x1, self.spec.max_read_side)
+        return self.cache.features(encoder_input(window, self.spec, self._contrast))
 
     def encode_tiles(self, tiles: Sequence[Tile] | None = None, on_progress: Callable[[int, int], None] | None = None) -> None:
         """Encode `tiles` (default: all) ahead of prompts; `on_progress(done, total)` after each."""

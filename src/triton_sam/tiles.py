@@ -5,7 +5,8 @@ Qt-free. A plane whose longer side is over `TILING_FACTOR` x the model's input i
 of the model's input size (1024 px for SAM2.1), neighbours sharing `TILE_OVERLAP` pixels, the last
 tile of a row or column flush with the plane's edge so that every tile is whole. Zoomed out, the
 plane is tiled coarser: a tile with `step` s covers s times as many pixels a side and is encoded
-from the plane reduced s times (a pyramid level, or its crop reduced by the encoder's own resize),
+from the plane reduced s times (a pyramid level, or its crop reduced by the encoder's own resize;
+crops over 4x the input a side are first block-averaged while read, `image.read_window`),
 so that the view needs few tiles and objects as large as the view fit one. All prompts of one
 object are decoded with one tile: of the tiles that hold every point and the whole box, the one
 whose nearest edge is farthest from them (the most context around the object). Prompts that no
