@@ -158,11 +158,18 @@ def _triton(r: dict) -> str:
         for mode in ("throughput_dynamic_batching", "throughput_no_batching")
     ]
     clients = [f"{row['clients']} clients, decodes/s" for row in r["throughput_dynamic_batching"]]
-    return (
-        text
-        + "\nBack-to-back decodes (each client waits for its answer, then asks again):\n\n"
-        + _table(["session model", *clients], throughput)
+    text += "\nBack-to-back decodes (each client waits for its answer, then asks again):\n\n" + _table(
+        ["session model", *clients], throughput
     )
+    lock = r.get("lock_held")
+    if lock:
+        text += (
+            f"\nAn encode request of a {lock['plane'][0]}x{lock['plane'][1]} grey plane (16 MiB) going out on a worker "
+            "thread: the longest another thread ticking every 1 ms waited (Python's lock held by the copies), median of "
+            f"{lock['ours']['n']} alternating calls: ours {_ms(lock['ours']['median_ms'])} ms, tritonclient's `infer` "
+            f"{_ms(lock['tritonclient']['median_ms'])} ms ({lock['ratio']:.2f}x). A GUI thread waits as long.\n"
+        )
+    return text
 
 
 def _click(r: dict) -> str:

@@ -40,7 +40,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
-        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5},
+        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1},
         "hover": {"duration_s": 1.0},
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},

@@ -2,8 +2,9 @@
 
 A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode
 and decode latency through Triton on loopback and with the local engine (calls alternate), bytes
-on the wire per call (a counting proxy), and decode throughput with 1, 4 and 16 concurrent
-clients, with the session model's dynamic batching and with it switched off.
+on the wire per call (a counting proxy), decode throughput with 1, 4 and 16 concurrent clients,
+with the session model's dynamic batching and with it switched off, and how long a 4096-px
+encode request keeps Python's lock while it goes out (ours next to tritonclient's `infer`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import contract
 from ..engines import Engine, ImageFeatures, create_engine
-from ..engines.triton import TritonConnection, TritonEngine
+from ..engines.triton import TritonClient, TritonConnection, TritonEngine
 from ..image import encoder_input
 from ..prompts import DecodeRequest, model_request
 from ..registry import DEFAULT_MODEL, ModelSpec, get_model
@@ -98,12 +100,65 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
     return stats
 
 
+LOCK_PLANE = (4096, 4096)  # the largest grey encoder input the client sends: 16 MiB
+
+
+def _lock_held(url: str, spec: ModelSpec, calls: int) -> dict:
+    """The longest a thread ticking every 1 ms (as the GUI thread's timers) waited while an encode
+    request of a `LOCK_PLANE` grey image went out on another thread: ours (`infer_large`) next to
+    tritonclient's `infer`, alternating. One image: the server answers it from its cache, so the
+    server's work is small and the same for both; the client's copies are what differ."""
+    import tritonclient.grpc as grpcclient
+
+    image = np.random.default_rng(0).integers(0, 256, (1, *LOCK_PLANE, 1), dtype=np.uint8)
+    client = TritonClient(TritonConnection(url))
+
+    def theirs() -> None:
+        tensor = grpcclient.InferInput(contract.ENCODER_INPUT, list(image.shape), "UINT8")
+        tensor.set_data_from_numpy(image)
+        client.grpc.infer(spec.session_name, [tensor], outputs=[grpcclient.InferRequestedOutput(contract.HANDLE)])
+
+    def ours() -> None:
+        client.infer_large(spec.session_name, {contract.ENCODER_INPUT: image}, [contract.HANDLE], None)
+
+    ours()  # the server encodes the image once
+    waits: dict[str, list[float]] = {"ours": [], "tritonclient": []}
+    for _ in range(calls):
+        for name, call in (("ours", ours), ("tritonclient", theirs)):
+            waits[name].append(_longest_tick_gap(call))
+    client.close()
+    stats = {name: summarize(values) for name, values in waits.items()}
+    return {"plane": list(LOCK_PLANE), **stats, "ratio": stats["ours"]["median_ms"] / stats["tritonclient"]["median_ms"]}
+
+
+def _longest_tick_gap(call) -> float:
+    """Seconds of the longest gap between this thread's 1 ms sleeps while `call` runs on another."""
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            call()
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=target)
+    longest, last = 0.0, time.perf_counter()
+    worker.start()
+    while not done.is_set():
+        time.sleep(0.001)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    return longest
+
+
 def run(
     model_id: str = DEFAULT_MODEL,
     encodes: int = 3,
     decodes: int = 30,
     clients: tuple[int, ...] = (1, 4, 16),
     duration_s: float = 3.0,
+    lock_calls: int = 7,
     shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
@@ -125,6 +180,7 @@ def run(
         result["decode_ratio"] = result["triton_decode"]["median_ms"] / result["local_decode"]["median_ms"]
         result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
         result["executions_by_batch_size"] = server_batch_sizes(batching.grpc_url, spec)
+        result["lock_held"] = _lock_held(batching.grpc_url, spec, lock_calls)
     local.close()
     with loopback_server(repository, model_id, session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]

@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
+import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import raise_error_grpc, service_pb2
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from .. import contract
@@ -26,6 +29,7 @@ from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
 from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
 from .connection import ENV_API_KEY, TritonConnection, default_timeout_s, default_url
+from .infer_request import MODEL_INFER_METHOD, model_infer_request
 
 REENCODE_ATTEMPTS = 3
 # Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
@@ -63,6 +67,10 @@ class TritonClient:
         self.grpc = grpcclient.InferenceServerClient(
             self.url, ssl=connection.ssl, root_certificates=connection.root_certificates, channel_args=CHANNEL_ARGS
         )
+        self._channel = _channel(self.url, connection)
+        self._model_infer = self._channel.unary_unary(
+            MODEL_INFER_METHOD, request_serializer=None, response_deserializer=service_pb2.ModelInferResponse.FromString
+        )
 
     def unreachable(self, error: Exception) -> ServerUnavailableError:
         return ServerUnavailableError(
@@ -95,8 +103,29 @@ class TritonClient:
             raise self.unreachable(error) from error
         return _version_numbers(metadata.get("version", ""))
 
+    def infer_large(
+        self, model_name: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout_s: float | None
+    ) -> grpcclient.InferResult:
+        """`grpc.infer` for inputs of megabytes (an image), copied once on the way while Python's
+        lock is held, not three times (`infer_request`); raises InferenceServerException as it does."""
+        request = model_infer_request(model_name, inputs, outputs)
+        try:
+            response = self._model_infer(request, metadata=tuple(self.headers.items()), timeout=timeout_s)
+        except grpc.RpcError as error:
+            raise_error_grpc(error)
+        return grpcclient.InferResult(response)
+
     def close(self) -> None:
         self.grpc.close()
+        self._channel.close()
+
+
+def _channel(url: str, connection: TritonConnection) -> grpc.Channel:
+    """A gRPC channel to `url` as tritonclient opens one for `connection` (TLS with its certificate authority)."""
+    if not connection.ssl:
+        return grpc.insecure_channel(url, options=CHANNEL_ARGS)
+    roots = Path(connection.root_certificates).read_bytes() if connection.root_certificates else None
+    return grpc.secure_channel(url, grpc.ssl_channel_credentials(root_certificates=roots), options=CHANNEL_ARGS)
 
 
 def _version_numbers(version: str) -> tuple[int, ...]:
@@ -179,15 +208,9 @@ class TritonEngine(Engine):
         return ImageFeatures(handle=self._encode(image), model_input=image)
 
     def _encode(self, image: np.ndarray) -> str:
-        tensor = grpcclient.InferInput(contract.ENCODER_INPUT, [1, *image.shape], np_to_triton_dtype(image.dtype))
-        tensor.set_data_from_numpy(np.ascontiguousarray(image[None]))
         try:
-            result = self.client.grpc.infer(
-                self.spec.session_name,
-                [tensor],
-                outputs=[grpcclient.InferRequestedOutput(contract.HANDLE)],
-                headers=self.client.headers,
-                client_timeout=self.encode_timeout_s,
+            result = self.client.infer_large(
+                self.spec.session_name, {contract.ENCODER_INPUT: image[None]}, [contract.HANDLE], self.encode_timeout_s
             )
         except InferenceServerException as error:
             raise self._error(error) from error
