@@ -363,10 +363,9 @@ def _large(r: dict) -> str:
             "\nThen zoomed out to the whole plane (napari's reset view), the cursor resting at its centre: the tiles "
             "follow the zoom (a step-s tile covers s x 1024 plane pixels, read from the pyramid level of factor s or "
             "finer, or, for the numpy plane, from full resolution: a window over 4096 px a side reduced to block means "
-            "while it is read), so the view takes a few tiles. Through Triton, a 4096-px tile's 16 MiB request is copied "
-            "three times (numpy's bytes, the protobuf field, the message) by the gRPC client while it holds Python's "
-            "lock: 35-140 ms on an idle machine, up to ~300 ms with the server encoding on the same 2 cores, and the "
-            "GUI thread waits that long.\n\n" + _table(headers, rows)
+            "while it is read), so the view takes a few tiles. A 4096-px tile's request to Triton is 16 MiB, copied once "
+            "on the client: as tritonclient's `infer` sends it (three copies while Python's lock is held) the GUI thread "
+            "waited up to ~300 ms for it on these 2 cores.\n\n" + _table(headers, rows)
         )
     return text
 

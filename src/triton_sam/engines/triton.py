@@ -1,6 +1,7 @@
 """Run a model on a Triton server over gRPC; the image embedding stays on the server.
 
-`encode` sends the image (as `image.encoder_input` makes it) once to the session model and keeps the returned handle;
+`encode` sends the image (as `image.encoder_input` makes it) once to the session model, copied once
+on the way (`infer_request`), and keeps the returned handle;
 `decode` sends the handle and the prompts (about 1 KB). A decode can be cancelled for real:
 the gRPC call is cancelled, so a queued request is dropped before it runs (by Triton's batcher
 queue or by the session model) and a running one is stopped. Servers older than Triton 2.57
