@@ -170,3 +170,15 @@ def disk_image(height: int, width: int, disks: list[tuple[float, float, float]])
     for x, y, r in disks:
         image[(xx - x) ** 2 + (yy - y) ** 2 <= r**2] = 230
     return image
+
+
+class ReadLog:
+    """An array that records the windows read from it (a pyramid level, lazily read)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array, self.reads = array, []
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __getitem__(self, key):
+        self.reads.append(key)
+        return self.array[key]

@@ -4,6 +4,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from synthetic import ReadLog
 from triton_sam.errors import InvalidInputError
 from triton_sam.image import encoder_input, read_window, to_uint8
 from triton_sam.registry import get_model
@@ -106,18 +107,6 @@ def test_a_huge_uint16_plane_becomes_an_encoder_input_without_float_copies():
     assert (result[y0 + 2 : y1 - 2, x0 + 2 : x1 - 2] == round(50000 * 255 / plane.max())).all()
 
 
-class ReadLog:
-    """An array that records the rows of each window read from it (a lazily read plane)."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array, self.rows = array, []
-        self.shape, self.dtype = array.shape, array.dtype
-
-    def __getitem__(self, key):
-        self.rows.append((key[0].start, key[0].stop))
-        return self.array[key]
-
-
 def _block_mean(array: np.ndarray, factor: int) -> np.ndarray:
     """Each factor x factor block's mean, one block at a time (the plain definition)."""
     rows, cols = -(-array.shape[0] // factor), -(-array.shape[1] // factor)
@@ -131,7 +120,7 @@ def _block_mean(array: np.ndarray, factor: int) -> np.ndarray:
 def test_a_window_within_the_side_limit_is_read_as_it_is():
     plane = ReadLog(np.random.default_rng(6).integers(0, 65536, (300, 400), dtype=np.uint16))
     window = read_window(plane, 10, 210, 30, 330, max_side=300)
-    assert np.array_equal(window, plane.array[10:210, 30:330]) and plane.rows == [(10, 210)]
+    assert np.array_equal(window, plane.array[10:210, 30:330]) and plane.reads == [(slice(10, 210), slice(30, 330))]
 
 
 @pytest.mark.parametrize(
@@ -156,7 +145,7 @@ def test_a_window_over_the_side_limit_is_reduced_to_block_means_a_band_of_rows_a
         np.testing.assert_allclose(window, expected, rtol=1e-5, atol=1e-6)
     else:
         assert np.array_equal(window, np.rint(expected))
-    assert plane.rows == [(y, min(y + 10, 203)) for y in range(0, 203, 10)]
+    assert plane.reads == [(slice(y, min(y + 10, 203)), slice(0, 157)) for y in range(0, 203, 10)]
 
 
 def test_a_reduced_bool_window_keeps_blocks_mostly_set():

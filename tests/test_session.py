@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from synthetic import disk_image
+from synthetic import ReadLog, disk_image
 from triton_sam import Predictor
 from triton_sam.engines import create_engine
 from triton_sam.registry import get_model
@@ -323,18 +323,6 @@ def test_encoding_tiles_stops_when_asked_when_the_plane_changes_or_when_the_sess
 
 LARGE_DISK = (1100, 1300, 600)  # wider than a native tile: only a coarse tile holds it whole
 ZOOMED_OUT = disk_image(BIG_H, BIG_W, [LARGE_DISK, (300, 300, 60)])
-
-
-class ReadLog:
-    """An array that records the windows read from it (a pyramid level, lazily read)."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array, self.reads = array, []
-        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
-
-    def __getitem__(self, key):
-        self.reads.append(key)
-        return self.array[key]
 
 
 def test_zoomed_out_coarse_tiles_hold_large_objects_preview_reduced_and_commit_at_full_resolution(session, synthetic_repository):

@@ -164,7 +164,8 @@ def _triton(r: dict) -> str:
     lock = r.get("lock_held")
     if lock:
         text += (
-            f"\nAn encode request of a {lock['plane'][0]}x{lock['plane'][1]} grey plane (16 MiB) going out on a worker "
+            f"\nAn encode request of a {lock['plane'][0]}x{lock['plane'][1]} grey plane "
+            f"({lock['plane'][0] * lock['plane'][1] / 2**20:.0f} MiB) going out on a worker "
             "thread: the longest another thread ticking every 1 ms waited (Python's lock held by the copies), median of "
             f"{lock['ours']['n']} alternating calls: ours {_ms(lock['ours']['median_ms'])} ms, tritonclient's `infer` "
             f"{_ms(lock['tritonclient']['median_ms'])} ms ({lock['ratio']:.2f}x). A GUI thread waits as long.\n"
