@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -11,7 +14,7 @@ pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from qtpy.QtWidgets import QLabel  # noqa: E402
 
-from triton_sam.bench.gui import StallMonitor, _canvas, _run_until  # noqa: E402
+from triton_sam.bench.gui import RunQueueClock, StallMonitor, _canvas, _run_until  # noqa: E402
 
 
 class SlowPaint(QObject):
@@ -48,4 +51,37 @@ def test_a_stall_is_split_into_drawing_the_window_and_the_rest(viewer):
 
     assert stalls["max_frame_ms"] >= 120 and stalls["max_stall_ms"] >= 120
     assert 80 <= stalls["max_stall_besides_drawing_ms"] < 120, stalls
+    assert 75 <= stalls["max_stall_besides_drawing_and_cpu_wait_ms"] <= stalls["max_stall_besides_drawing_ms"]
     assert stalls["ticks"] > 100
+
+
+def _busy(cpu_seconds: float) -> None:
+    """Work on the calling thread until it has run `cpu_seconds` on a CPU."""
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_stall_spent_waiting_for_a_cpu_is_told_from_work(qapp):
+    clock = RunQueueClock()
+    if clock() == 0:
+        pytest.skip("the kernel does not report how long a thread waited for a CPU")
+    clock.close()
+    cpus = os.sched_getaffinity(0)
+    cpu = min(cpus)
+    os.sched_setaffinity(0, {cpu})  # the GUI thread and another process share one CPU
+    hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        _run_until(lambda: False, 0.5)  # the other process is up and running
+        monitor = StallMonitor()
+        monitor.start()
+        QTimer.singleShot(50, lambda: _busy(0.06))  # 60 ms of work, stretched by the other process
+        _run_until(lambda: False, 0.5)
+        stalls = monitor.stop()
+    finally:
+        hog.kill()
+        hog.wait()
+        os.sched_setaffinity(0, cpus)
+
+    assert stalls["max_stall_besides_drawing_ms"] >= 90, stalls  # the work took longer than 60 ms
+    assert 55 <= stalls["max_stall_besides_drawing_and_cpu_wait_ms"] <= 80, stalls

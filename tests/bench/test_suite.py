@@ -39,6 +39,7 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     assert 0 < large["start"]["first_preview_s"] and 0 < large["start"]["view_encoded_s"] and large["tiles"]["encoded"] >= 1
     assert large["hover"]["previews_on_screen"] >= 1 and large["memory"]["client_peak_mib"] > 0
     assert 0 < large["hover"]["max_stall_besides_drawing_ms"] <= large["hover"]["max_stall_ms"]
+    assert 0 < large["hover"]["max_stall_besides_drawing_and_cpu_wait_ms"] <= large["hover"]["max_stall_besides_drawing_ms"]
     zoomed_out = large["zoom_out"]  # the whole plane in view: coarse tiles, a preview of one
     assert zoomed_out["tile_step"] > 1 and zoomed_out["first_preview_s"] > 0 and zoomed_out["view_encoded_s"] > 0
     volume = r["volume"]  # all propagated the 3 planes and agree

@@ -10,6 +10,8 @@ Needs a display (use `xvfb-run -a` on a headless machine).
 from __future__ import annotations
 
 import bisect
+import os
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -26,21 +28,43 @@ from ..registry import DEFAULT_MODEL
 from .fixtures import BENCH_SHAPE
 
 
+class RunQueueClock:
+    """How long the calling thread has waited, runnable, for a CPU (ns, cumulative): the kernel's
+    schedstat. Other processes on the same cores (a Triton server beside napari) show up here, not
+    as work. 0 where the kernel does not say (not Linux)."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def __call__(self) -> int:
+        return int(os.pread(self._fd, 128, 0).split()[1]) if self._fd is not None else 0
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class StallMonitor(QObject):
-    """Gaps between ticks of a 1 ms timer on the GUI thread, and how much of them the window of
-    `canvas` spent drawing: from its update request (or the canvas's paint event) to the frame the
-    canvas swapped. With an OpenGL canvas inside, Qt composes the whole window with OpenGL after
-    any repaint (the canvas's, or a label's text): a software renderer such as llvmpipe makes that
-    tens of ms; a GPU display, a few."""
+    """Gaps between ticks of a 1 ms timer on the GUI thread, how much of them the window of
+    `canvas` spent drawing (from its update request, or the canvas's paint event, to the frame the
+    canvas swapped) and how much the GUI thread waited for a CPU outside drawing. With an OpenGL
+    canvas inside, Qt composes the whole window with OpenGL after any repaint (the canvas's, or a
+    label's text): a software renderer such as llvmpipe makes that tens of ms; a GPU display, a few."""
 
     def __init__(self, canvas: QOpenGLWidget | None = None) -> None:
         super().__init__()
         self.ticks: list[float] = []
         self.frames: list[tuple[float, float]] = []  # (drawing started, frame swapped)
+        self._waited: list[tuple[float, int]] = []  # (time, run-queue wait so far): at ticks and frame ends
+        self._run_queue: RunQueueClock | None = None
         self._painting: float | None = None
         self._timer = QTimer()
         self._timer.setInterval(1)
-        self._timer.timeout.connect(lambda: self.ticks.append(time.perf_counter()))
+        self._timer.timeout.connect(self._tick)
         self._drawing_starts = {}  # watched object -> the event type that starts a frame
         if canvas is not None:
             self._drawing_starts = {canvas: QEvent.Type.Paint, canvas.window(): QEvent.Type.UpdateRequest}
@@ -48,34 +72,60 @@ class StallMonitor(QObject):
                 watched.installEventFilter(self)
             canvas.frameSwapped.connect(self._swapped)
 
+    def _now(self) -> float:
+        """The time, with the GUI thread's run-queue wait noted at it."""
+        now = time.perf_counter()
+        if self._run_queue is not None:
+            self._waited.append((now, self._run_queue()))
+        return now
+
+    def _tick(self) -> None:
+        self.ticks.append(self._now())
+
     def eventFilter(self, watched, event) -> bool:
         if self._painting is None and self._drawing_starts.get(watched) == event.type():
-            self._painting = time.perf_counter()
+            self._painting = self._now()
         return False
 
     def _swapped(self) -> None:
         if self._painting is not None:
-            self.frames.append((self._painting, time.perf_counter()))
+            self.frames.append((self._painting, self._now()))
             self._painting = None
 
     def start(self) -> None:
+        """Start ticking; call on the GUI thread (its run-queue wait is the one read)."""
         self.frames.clear()
-        self.ticks[:] = [time.perf_counter()]
+        self._waited.clear()
+        self._run_queue = RunQueueClock()
+        self.ticks[:] = [self._now()]
         self._timer.start()
 
     def stop(self) -> dict:
-        """The worst gap, the worst gap less the drawing inside it, the longest frame (ms), the 99th
-        percentile gap and the tick count."""
+        """The worst gap; the worst gap less the drawing inside it; the worst gap less drawing and
+        less the GUI thread's wait for a CPU outside drawing (its own work, napari's and the
+        plugin's); the longest frame (ms), the 99th percentile gap and the tick count."""
         self._timer.stop()
+        self._run_queue.close()
         ticks = np.asarray(self.ticks)
         gaps = np.diff(ticks)
-        drawing = np.zeros_like(gaps)
+        samples = np.asarray(self._waited, dtype=float)
+        times, waits = samples[:, 0], samples[:, 1] / 1e9
+
+        def waited(t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+            """Seconds the GUI thread waited for a CPU from t0 to t1 (both sampled times)."""
+            return np.interp(t1, times, waits) - np.interp(t0, times, waits)
+
+        drawing, waiting = np.zeros_like(gaps), waited(ticks[:-1], ticks[1:])
         for painted, swapped in self.frames:  # frames are few: a loop over them is cheap
-            drawing += np.clip(np.minimum(ticks[1:], swapped) - np.maximum(ticks[:-1], painted), 0, None)
+            t0, t1 = np.maximum(ticks[:-1], painted), np.minimum(ticks[1:], swapped)
+            inside = np.clip(t1 - t0, 0, None)
+            drawing += inside
+            waiting -= np.where(inside > 0, waited(t0, t1), 0.0)
         frames = [swapped - painted for painted, swapped in self.frames]
         return {
             "max_stall_ms": float(gaps.max() * 1000.0),
             "max_stall_besides_drawing_ms": float((gaps - drawing).max() * 1000.0),
+            "max_stall_besides_drawing_and_cpu_wait_ms": float((gaps - drawing - waiting).max() * 1000.0),
             "max_frame_ms": float(max(frames, default=0.0) * 1000.0),
             "p99_gap_ms": float(np.percentile(gaps, 99) * 1000.0),
             "ticks": len(gaps),
