@@ -350,8 +350,8 @@ def _large(r: dict) -> str:
         '"waiting for a CPU" further subtracts the time outside drawing that the GUI thread was ready to run but '
         "other processes had the cores (the kernel's run-queue wait: through Triton, mostly the server on the same "
         "2 cores instead of a GPU machine of its own): the rest is the plugin's and napari's own work. "
-        "Memory is the resident peak of the bench's one process "
-        "(the planes run in turn: the numpy runs start with what the multiscale runs left) and of the server.\n\n" + table
+        "Memory is the resident peak of the run's process (each plane and engine runs in a process of its own: "
+        "napari, the plane and the plugin) and of the server.\n\n" + table
     )
     zoomed = [(name, run["zoom_out"]) for name, run in r.items() if isinstance(run, dict) and "zoom_out" in run]
     if zoomed:

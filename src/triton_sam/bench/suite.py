@@ -46,7 +46,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
-        "large": {"hover_s": 1.0, "planes": ("multiscale",), "backends": ("local",), "shape": (4096, 4096)},
+        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096)},
         "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
         "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
     },
@@ -94,7 +94,7 @@ RUNNERS = {
 }
 
 
-def _child(name: str, options: dict, model_id: str, seed: int, workdir: Path) -> dict:
+def run_in_child(name: str, options: dict, model_id: str, seed: int, workdir: Path) -> dict:
     """Run benchmark `name` in a child process (this module's `__main__`); its result, or why not."""
     command = [sys.executable, "-m", "triton_sam.bench.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
     if name in ("gui", "large") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
@@ -138,13 +138,13 @@ def run_all(
             continue
         progress(f"bench {name} ...")
         started = time.perf_counter()
-        results["results"][name] = _child(name, options, model_id, seed, workdir)
+        results["results"][name] = run_in_child(name, options, model_id, seed, workdir)
         results["seconds"][name] = round(time.perf_counter() - started, 1)
         output.write_text(json.dumps(results, indent=2))
     return results
 
 
-if __name__ == "__main__":  # one benchmark, for `_child`: name, options (JSON), model, seed, workdir
+if __name__ == "__main__":  # one benchmark, for `run_in_child`: name, options (JSON), model, seed, workdir
     from importlib import import_module
 
     name, options, model_id, seed, workdir = sys.argv[1:]
