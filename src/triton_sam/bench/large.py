@@ -239,9 +239,10 @@ def run(
     for plane, backend in runs:
         options = {"planes": [plane], "backends": [backend], "shape": list(shape), "hover_s": hover_s}
         child = run_in_child("large", options, model_id, seed, workdir)
-        if f"{plane}_{backend}" not in child:
+        key = f"{plane}_{backend}"
+        if key not in child:
             raise RuntimeError(f"bench large, {plane} plane, {backend}: {child}")
-        result[f"{plane}_{backend}"] = child[f"{plane}_{backend}"]
+        result[key] = child[key]
     return result
 
 
