@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -6,7 +8,7 @@ from synthetic import write_repository
 from triton_sam import contract
 from triton_sam.errors import ModelFileError, ModelNotFoundError
 from triton_sam.registry import get_model
-from triton_sam.repository import exported_models, locate
+from triton_sam.repository import EXPORT_REVISION, exported_models, locate
 
 TINY = get_model("sam2.1_hiera_tiny")
 
@@ -32,21 +34,42 @@ def test_other_contract_version_is_refused(tmp_path):
         locate(TINY, tmp_path)
 
 
+def _set_metadata(repository, **changes) -> None:
+    """Change both exported graphs' metadata, as an export with other options would have written it."""
+    for component in (TINY.encoder_name, TINY.decoder_name):
+        meta_path = repository / component / contract.METADATA_FILE
+        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), **changes}))
+
+
+def _models_listing(repository) -> str:
+    command = [sys.executable, "-m", "triton_sam.cli", "models", "--model-repository", str(repository)]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
 def test_random_weight_exports_are_marked_in_models_and_the_engine(tmp_path):
     """`--random-init` exports make noise, not masks: `triton-sam models` and the engine's status say so."""
-    import subprocess
-    import sys
-
     from triton_sam.engines.local import LocalEngine
 
     write_repository(TINY, tmp_path)
-    command = [sys.executable, "-m", "triton_sam.cli", "models", "--model-repository", str(tmp_path)]
-    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    listed = _models_listing(tmp_path)
     assert f"{TINY.model_id:28s} exported\n" in listed
     assert not locate(TINY, tmp_path).random_weights and "random" not in LocalEngine(locate(TINY, tmp_path)).describe()
-    for component in (TINY.encoder_name, TINY.decoder_name):  # as `export --random-init` writes it
-        meta_path = tmp_path / component / contract.METADATA_FILE
-        meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "checkpoint": "random-init", "seed": 0}))
-    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    _set_metadata(tmp_path, checkpoint="random-init", seed=0)  # as `export --random-init` writes it
+    listed = _models_listing(tmp_path)
     assert f"{TINY.model_id:28s} exported (random weights: the interface works, masks are noise)" in listed
     assert "random weights: masks are noise" in LocalEngine(locate(TINY, tmp_path)).describe()
+
+
+def test_exports_by_older_export_code_still_load_and_models_says_to_export_again(tmp_path):
+    """Same contract, older graphs (before `export_revision`): they work; `models` names the gain of a new export."""
+    write_repository(TINY, tmp_path)
+    for component in (TINY.encoder_name, TINY.decoder_name):
+        meta_path = tmp_path / component / contract.METADATA_FILE
+        meta = json.loads(meta_path.read_text())
+        del meta["export_revision"]
+        meta_path.write_text(json.dumps(meta))
+    assert locate(TINY, tmp_path).export_revision == 1 < EXPORT_REVISION
+    assert exported_models(tmp_path) == [TINY.model_id]
+    assert "by an older triton-sam: export it again for a faster decoder" in _models_listing(tmp_path)
+    _set_metadata(tmp_path, export_revision=EXPORT_REVISION)
+    assert f"{TINY.model_id:28s} exported\n" in _models_listing(tmp_path)

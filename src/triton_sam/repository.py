@@ -17,6 +17,9 @@ from .registry import MODELS, ModelSpec
 
 ENV_MODEL_REPOSITORY = "TRITON_SAM_MODEL_REPOSITORY"
 ENCODER_FP32, ENCODER_FP16 = "fp32", "fp16"  # metadata `encoder_precision` (exports before it: fp32)
+# Metadata `export_revision`: which export code wrote the graphs (same contract, faster or better
+# graphs: older exports keep working). 2: the mask decoder's faster exact forms (exports before it: 1).
+EXPORT_REVISION = 2
 
 
 def default_model_repository() -> Path:
@@ -30,6 +33,11 @@ def onnx_path(repository: Path, triton_name: str) -> Path:
 
 def video_path(repository: Path, spec: ModelSpec) -> Path:
     return Path(repository) / spec.session_name / "1" / "video"
+
+
+def export_revision(metadata: dict) -> int:
+    """Which export code wrote a model: `EXPORT_REVISION` for this triton-sam's, 1 for exports before the key."""
+    return metadata.get("export_revision", 1)
 
 
 def write_metadata(model_dir: Path, metadata: dict) -> None:
@@ -62,6 +70,10 @@ class ExportedModel:
     def random_weights(self) -> bool:
         """Exported from random weights (`--random-init`): for tests and benchmarks, masks are noise."""
         return self.metadata.get("checkpoint") == "random-init"
+
+    @property
+    def export_revision(self) -> int:
+        return export_revision(self.metadata)
 
     @property
     def weights_id(self) -> str | None:

@@ -15,15 +15,25 @@ import numpy as np
 
 from ..errors import ModelFileError, ModelNotFoundError
 from ..registry import get_model
-from ..repository import ENCODER_FP16, ENCODER_FP32, locate, read_metadata
+from ..repository import ENCODER_FP16, ENCODER_FP32, EXPORT_REVISION, export_revision, locate, read_metadata
 
 BENCH_SHAPE = (977, 1531)  # (H, W) of the image every benchmark uses by default
 PAUSE_S = (0.2, 0.6)  # in mouse traces, the cursor rests this long between strokes
 
 
+def _is_current_export(metadata: dict, seed: int, precision: str) -> bool:
+    """Whether one exported model's metadata says: random weights of `seed`, this encoder precision,
+    written by this triton-sam's export code."""
+    return (
+        metadata.get("seed") == seed
+        and metadata.get("encoder_precision", ENCODER_FP32) == precision
+        and export_revision(metadata) == EXPORT_REVISION
+    )
+
+
 def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = False) -> Path:
     """`workdir`/model_repository (`_fp16` with `half`) with `model_id` exported from random-init
-    weights of `seed`. Exports only when that exact export is not there yet.
+    weights of `seed`. Exports only when that exact export, by the current export code, is not there yet.
     """
     from ..export import write_session_model
 
@@ -34,7 +44,7 @@ def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = Fa
         exported = locate(spec, repository)
         metadata = [read_metadata(path.parent.parent) for path in (exported.encoder, exported.decoder)]
         video_ready = spec.family != "sam2" or (exported.video_dir / "video.json").is_file()
-        if video_ready and all(m.get("seed") == seed and m.get("encoder_precision", ENCODER_FP32) == precision for m in metadata):
+        if video_ready and all(_is_current_export(m or {}, seed, precision) for m in metadata):
             write_session_model(spec, repository)  # cheap; keeps an older export's session model current
             return repository
     except (ModelNotFoundError, ModelFileError):

@@ -19,7 +19,7 @@ from .. import __version__, contract
 from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
-from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, video_path, write_metadata
+from ..repository import ENCODER_FP16, ENCODER_FP32, EXPORT_REVISION, onnx_path, video_path, write_metadata
 from ..server.models import helper_sources, python_model_source
 from ..server.models.triton_sam_video import SETTINGS_FILE, has_video_graphs
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
@@ -31,6 +31,7 @@ def _metadata(spec: ModelSpec, component: str, **extra) -> dict:
         "component": component,
         "contract_version": contract.CONTRACT_VERSION,
         "triton_sam_version": __version__,
+        "export_revision": EXPORT_REVISION,
         **extra,
     }
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from .. import contract
 from ..registry import ModelSpec
+from .fast_mask_decoder import fast_mask_decoder
 
 OPSET = 18  # Resize with antialias (the encoder's resize)
 # Above this, weights go to `model.onnx.data` next to `model.onnx`: protobuf cannot hold 2 GB
@@ -41,12 +42,12 @@ def export_onnx(
     dynamic: dict,
     external_data: bool | None = None,
 ) -> None:
-    """`torch.onnx.export` to `path`; weights in one external file if larger than
-    `EXTERNAL_DATA_BYTES` (`external_data=None`), or as `external_data` says."""
+    """`torch.onnx.export` to `path`, mask decoders in their faster exact forms; weights in one
+    external file if larger than `EXTERNAL_DATA_BYTES` (`external_data=None`), or as `external_data` says."""
     path = Path(path)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         exported = Path(scratch) / path.name
-        with torch.no_grad():
+        with torch.no_grad(), fast_mask_decoder(module):
             torch.onnx.export(
                 module,
                 args,
