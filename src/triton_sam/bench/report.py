@@ -35,11 +35,20 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
-def _machine(results: dict) -> str:
-    m = results["machine"]
+def _describe(m: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
     gpu = f"{m['cuda_devices']} CUDA device(s)" if m["cuda_devices"] else "no GPU"
-    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {gpu}; Python {m['python']}; {versions}."
+    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {gpu}; Python {m['python']}; {versions}"
+
+
+def _machine(results: dict) -> str:
+    """The machine, or each machine with the benchmarks run on it where merged runs had several."""
+    benchmarks_on: dict[str, list[str]] = {}
+    for name in results["results"]:
+        benchmarks_on.setdefault(_describe(results.get("machines", {}).get(name, results["machine"])), []).append(name)
+    if len(benchmarks_on) == 1:
+        return f"{next(iter(benchmarks_on))}."
+    return "; ".join(f"{', '.join(names)}: {machine}" for machine, names in benchmarks_on.items()) + "."
 
 
 def _predictor(r: dict) -> str:
@@ -494,11 +503,13 @@ def _memory(r: dict) -> str:
 
 
 def merge(runs: list[dict]) -> dict:
-    """One results dict from several `bench all` runs: a later run's benchmarks replace earlier ones."""
-    merged = {**runs[0], "results": {}, "seconds": {}}
+    """One results dict from several `bench all` runs: a later run's benchmarks replace earlier ones,
+    each keeping the machine it ran on (`machines`)."""
+    merged = {**runs[0], "results": {}, "seconds": {}, "machines": {}}
     for run in runs:
         merged["results"].update(run["results"])
         merged["seconds"].update(run["seconds"])
+        merged["machines"].update({name: run.get("machines", {}).get(name, run["machine"]) for name in run["results"]})
     return merged
 
 

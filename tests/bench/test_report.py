@@ -1,0 +1,45 @@
+"""`triton-sam bench report` on merged runs: a rerun's benchmarks replace the earlier ones and say where they ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from triton_sam.bench import report
+
+COMMITTED = Path(__file__).parents[2] / "docs" / "benchmarks" / "cpu" / "results.json"
+
+
+def _run(results: dict, names: tuple[str, ...], cpu: str) -> dict:
+    """A `bench all` run of `names` (their figures from the committed results) on a machine with `cpu`."""
+    return {
+        "profile": results["profile"],
+        "model": results["model"],
+        "machine": {**results["machine"], "cpu": cpu},
+        "results": {name: results["results"][name] for name in names},
+        "seconds": {name: results["seconds"][name] for name in names},
+    }
+
+
+def test_a_rerun_on_another_machine_replaces_its_benchmarks_and_says_where_each_ran(tmp_path):
+    committed = json.loads(COMMITTED.read_text())
+    first = _run(committed, ("predictor", "click"), "First CPU")
+    rerun = _run(committed, ("click",), "Second CPU")
+    click = rerun["results"]["click"]
+    rerun["results"]["click"] = {**click, "reference_ms": {**click["reference_ms"], "median_ms": 123456.0}}
+
+    merged = report.merge([first, rerun])
+    assert {name: m["cpu"] for name, m in merged["machines"].items()} == {"predictor": "First CPU", "click": "Second CPU"}
+    report.write(merged, tmp_path / "plots", tmp_path / "BENCHMARKS.md")
+    markdown = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| official `SAM2ImagePredictor.predict` | 123456 |" in markdown
+    measured_on = markdown.splitlines()[2]
+    assert measured_on.startswith("Measured on: predictor: First CPU, 2 cores")
+    assert "; click: Second CPU, 2 cores" in measured_on
+
+    report.write(report.merge([merged]), tmp_path / "plots", tmp_path / "again.md")  # a merged file merges as it is
+    assert (tmp_path / "again.md").read_text() == (tmp_path / "BENCHMARKS.md").read_text()
+
+    alone = report.merge([first])
+    report.write(alone, tmp_path / "plots", tmp_path / "alone.md")
+    assert (tmp_path / "alone.md").read_text().splitlines()[2].startswith("Measured on: First CPU, 2 cores")
