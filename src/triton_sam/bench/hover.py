@@ -78,9 +78,7 @@ def _client_result(events: int, sent: int, latencies_s: list[float], stale: int)
     }
 
 
-def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
-    size = image.shape[:2]
-    features = engine.encode(encoder_input(image, engine.spec))
+def _naive(engine: Engine, features: ImageFeatures, size: tuple[int, int], trace) -> dict:
     lock = threading.Lock()
     newest = [-1]
     latencies, stale = [], []
@@ -102,14 +100,12 @@ def _naive(engine: Engine, image: np.ndarray, trace) -> dict:
     return _client_result(len(trace), len(trace), latencies, len(stale))
 
 
-def _ideal(engine: Engine, image: np.ndarray, trace) -> dict:
+def _ideal(engine: Engine, features: ImageFeatures, size: tuple[int, int], trace) -> dict:
     """A client that knows where each stroke ends: one decode per rest, sent at that event.
 
     No scheduler can do better on the same trace and machine: our latency minus its latency is
     what scheduling costs, apart from the machine's noise.
     """
-    size = image.shape[:2]
-    features = engine.encode(encoder_input(image, engine.spec))
     ends = {i for i, (t, _, _) in enumerate(trace) if i + 1 == len(trace) or trace[i + 1][0] - t >= PAUSE_S[0]}
     latencies = []
 
@@ -122,15 +118,13 @@ def _ideal(engine: Engine, image: np.ndarray, trace) -> dict:
     return _client_result(len(trace), len(ends), latencies, stale=0)
 
 
-def _single_decodes(engine: Engine, image: np.ndarray, count: int = 15) -> list[float]:
+def _single_decodes(engine: Engine, features: ImageFeatures, size: tuple[int, int], count: int) -> list[float]:
     """Seconds of one hover decode with nothing else running, `count` times (the latency goal's yardstick).
 
     Each follows a rest as long as the trace's mean pause, as a preview's decode does, so the two
     are timed alike (on this shared machine one probe timed back-to-back decodes 10-20 ms slower
     than rested ones through the client; on the server the difference was within noise).
     """
-    size = image.shape[:2]
-    features = engine.encode(encoder_input(image, engine.spec))
 
     def once() -> None:
         _preview(engine, features, size, size[1] / 2, size[0] / 2)
@@ -152,20 +146,28 @@ def _server_decodes(server: LocalTritonServer, spec: ModelSpec) -> dict[str, int
     }
 
 
-def _modes(engine: Engine, image: np.ndarray, trace, server: LocalTritonServer | None) -> dict:
-    """Our session, the ideal and the naive client on one engine; the yardstick is timed before
-    and after our session's run and pooled, as a shared machine's speed drifts over a minute."""
-    single = _single_decodes(engine, image)
+def _modes(engine: Engine, image: np.ndarray, trace, server: LocalTritonServer | None, yardstick: int) -> dict:
+    """Our session, the ideal and the naive client on one engine; the yardstick (`yardstick`
+    single decodes) is timed before and after our session's run and pooled, as a shared machine's
+    speed drifts over a minute. The clients without a session share one encode of the image."""
+    size = image.shape[:2]
+    features = engine.encode(encoder_input(image, engine.spec))
+    single = _single_decodes(engine, features, size, yardstick)
     result = {}
-    for name, client in (("ours", _ours), ("ideal", _ideal), ("naive", _naive)):
+    clients = (
+        ("ours", lambda: _ours(engine, image, trace)),
+        ("ideal", lambda: _ideal(engine, features, size, trace)),
+        ("naive", lambda: _naive(engine, features, size, trace)),
+    )
+    for name, client in clients:
         before = _server_decodes(server, engine.spec) if server else None
-        result[name] = client(engine, image, trace)
+        result[name] = client()
         if server:
             after = _server_decodes(server, engine.spec)
             result[name]["server_executed"] = after["started"] - before["started"]
             result[name]["server_dropped_cancelled"] = after["dropped"] - before["dropped"]
         if name == "ours":
-            single += _single_decodes(engine, image)
+            single += _single_decodes(engine, features, size, yardstick)
     result["single_decode"] = summarize(single)
     goal = 1.5 * result["single_decode"]["median_ms"] + 10.0
     result["p95_goal_ms"] = goal
@@ -181,6 +183,7 @@ def run(
     shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     backends: tuple[str, ...] = ("local", "triton"),
+    yardstick: int = 15,
     workdir: Path = Path(".bench"),
 ) -> dict:
     spec = get_model(model_id)
@@ -197,11 +200,11 @@ def run(
     }
     if "local" in backends:
         engine = create_engine(spec, "local", repository)
-        result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None)}
+        result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None, yardstick)}
         engine.close()
     if "triton" in backends:
         with loopback_server(repository, model_id) as server:
             engine = create_engine(spec, "triton", url=server.grpc_url)
-            result["triton"] = {"engine": engine.describe(), **_modes(engine, image, trace, server)}
+            result["triton"] = {"engine": engine.describe(), **_modes(engine, image, trace, server, yardstick)}
             engine.close()
     return result

@@ -41,7 +41,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
         "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1},
-        "hover": {"duration_s": 1.0},
+        "hover": {"duration_s": 1.0, "yardstick": 3},
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
