@@ -70,6 +70,6 @@ def test_exports_by_older_export_code_still_load_and_models_says_to_export_again
         meta_path.write_text(json.dumps(meta))
     assert locate(TINY, tmp_path).export_revision == 1 < EXPORT_REVISION
     assert exported_models(tmp_path) == [TINY.model_id]
-    assert "by an older triton-sam: export it again for a faster decoder" in _models_listing(tmp_path)
+    assert "by an older triton-sam: export it again for a faster decoder and smaller hover answers" in _models_listing(tmp_path)
     _set_metadata(tmp_path, export_revision=EXPORT_REVISION)
     assert f"{TINY.model_id:28s} exported\n" in _models_listing(tmp_path)

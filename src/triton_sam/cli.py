@@ -73,7 +73,7 @@ def _cmd_models(args) -> None:
             found = locate(spec, args.model_repository)
             state = "exported (random weights: the interface works, masks are noise)" if found.random_weights else "exported"
             if found.export_revision < EXPORT_REVISION:
-                state += "; by an older triton-sam: export it again for a faster decoder"
+                state += "; by an older triton-sam: export it again for a faster decoder and smaller hover answers"
         print(f"{model_id:28s} {state}")
 
 

@@ -50,6 +50,16 @@ OBJ_PTR = "obj_ptr"  # float32 [B, 4, 256]: SAM2 video's object pointers (single
 HANDLE = "handle"  # bytes [B, 1]
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"  # starts the error message for an evicted or unknown handle
 
+# Session model, a decode that only needs the single mask (`DecodeRequest.logits_above`, hover
+# previews): CROP_THRESHOLD in; out, the single mask's logits cropped to the low-res samples above
+# the threshold grown by CROP_MARGIN on every side (CROP_BOX: rows y0:y1, columns x0:x1). A
+# bilinear resize (SAM1's two included) reads at most 3 neighbouring samples a side, so a mask
+# made from the crop, everything outside it at or below the threshold, is the full logits' mask.
+CROP_THRESHOLD = "crop_threshold"  # float32 [B, 1]
+SINGLE_MASK_CROP = "single_mask_crop"  # float32 [B, 1, h, w]: the same box for every row
+CROP_BOX = "crop_box"  # int32 [B, 4]
+CROP_MARGIN = 2
+
 # Session model, SAM2.1 volumes (`video.TritonVideo`; memories stay on the server behind handles).
 # track: HANDLE, MEMORY_HANDLES [B, T], MEMORY_TPOS int64 [B, T], OBJ_PTRS [B, P, C], OBJ_PTR_TPOS
 # [B, P] and the prompts -> the decoder's outputs and OBJ_PTR. remember: HANDLE, MASK_LOGITS

@@ -23,6 +23,9 @@ class DecodeRequest:
     point_coords: np.ndarray  # float32 [B, P, 2]
     point_labels: np.ndarray  # int32 [B, P]
     mask_input: np.ndarray | None  # float32 [B, 1, S, S] low-res logits, or None
+    # Set when the caller uses the single-mask logits only as masks (logits > logits_above): an
+    # engine may then return any value at or below it away from the object (a server sends less).
+    logits_above: float | None = None
 
     @property
     def batch_size(self) -> int:

@@ -18,7 +18,8 @@ from .registry import MODELS, ModelSpec
 ENV_MODEL_REPOSITORY = "TRITON_SAM_MODEL_REPOSITORY"
 ENCODER_FP32, ENCODER_FP16 = "fp32", "fp16"  # metadata `encoder_precision` (exports before it: fp32)
 # Metadata `export_revision`: which export code wrote the graphs (same contract, faster or better
-# graphs: older exports keep working). 2: the mask decoder's faster exact forms (exports before it: 1).
+# graphs: older exports keep working). 2: the mask decoder's faster exact forms, and a session model
+# that answers a hover's decode with the logits around the object only (exports before it: 1).
 EXPORT_REVISION = 2
 
 

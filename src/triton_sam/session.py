@@ -60,7 +60,9 @@ class Preview:
     offset: Offset = (0, 0)
     hint_offset: Offset = (0, 0)
     tile: Tile | None = None  # the tile `mask` was decoded with
-    low_res: np.ndarray | None = None  # float32 [h, w]: the logits `mask` comes from (commit upsamples them)
+    # float32 [h, w]: the logits `mask` comes from (commit upsamples them); a hover's may hold only
+    # the part around the object, the rest below the threshold (`DecodeRequest.logits_above`)
+    low_res: np.ndarray | None = None
 
     @property
     def step(self) -> int:
@@ -387,7 +389,7 @@ class InteractiveSession:
             return None
 
         def run(token: CancelToken) -> Preview | None:
-            low_res, scores = self._decode_low_res(plane, tile, kwargs, False, token)
+            low_res, scores = self._decode_low_res(plane, tile, kwargs, False, token, masks_only=True)
             mask = self._image_masks(low_res, tile)[0]
             if not with_prompts:
                 return Preview(plane.key, mask, float(scores[0]), point=(x, y), offset=tile.offset, tile=tile, low_res=low_res[0])
@@ -636,9 +638,15 @@ class InteractiveSession:
         if self._plane is not None and self._plane.tiled:
             tile_for_prompts(self._plane.tiles, prompt_corners(np.array(points, np.float64).reshape(-1, 2), box))
 
-    def _decode_low_res(self, plane: _Plane, tile: Tile, kwargs: dict, multimask: bool, token: CancelToken):
+    def _decode_low_res(
+        self, plane: _Plane, tile: Tile, kwargs: dict, multimask: bool, token: CancelToken, masks_only: bool = False
+    ):
+        """Low-res logits and scores of the first prompt set; `masks_only`: the logits will only
+        be thresholded (a hover's), so a server may send just the part around the object."""
         features = self._tile_features(plane, tile)
         request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile))
+        if masks_only:
+            request = replace(request, logits_above=self.mask_threshold)
         result = self.engine.decode(features, request, multimask, token)
         return result.low_res_logits[0], result.scores[0]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,8 +19,9 @@ from triton_sam.engines import CancelToken, TritonConnection, create_engine
 from triton_sam.engines.triton import SAFE_CANCEL_VERSION, TritonClient, TritonEngine, served_models
 from triton_sam.errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from triton_sam.export import write_session_model
+from triton_sam.image import encoder_input
 from triton_sam.predictor import Predictor
-from triton_sam.prompts import build_request
+from triton_sam.prompts import build_request, model_request
 from triton_sam.registry import get_model
 
 TINY = get_model("sam2.1_hiera_tiny")
@@ -129,6 +131,43 @@ def test_a_decode_costs_under_4_kb_upstream(synthetic_server):
     print(f"bytes per decode: up {per_call_up:.0f}, down {per_call_down:.0f}")
     assert per_call_up <= 4096
     assert per_call_down < 300_000  # one 256x256 float32 mask and two scores
+
+
+def test_a_masks_only_decode_sends_the_logits_around_the_object_and_gives_the_same_masks(synthetic_server, synthetic_repository):
+    """A hover's decode (`logits_above`): the server sends the single mask's logits only around
+    the samples above the threshold; thresholded and resized they give the full logits' mask,
+    for an object, for nothing above the threshold, and at another threshold."""
+    proxy = CountingProxy(synthetic_server.grpc_url)
+    remote = TritonEngine(TINY, TritonConnection(proxy.url))
+    local = create_engine(TINY, "local", synthetic_repository)
+    try:
+        assert remote.crops
+        image = encoder_input(IMAGE, TINY)
+        remote_features, local_features = remote.encode(image), local.encode(image)
+        size = IMAGE.shape[:2]
+        received = {}
+        for x, y, threshold in ((100, 100, 0.0), (300, 200, 0.0), (300, 200, 4.0), (300, 200, 100.0)):
+            request = model_request(TINY, size, **_one_point(x, y))
+            expected = local.decode(local_features, request, multimask_output=False)
+            for above in (None, threshold):
+                before = proxy.counts()[1]
+                ours = remote.decode(remote_features, replace(request, logits_above=above), multimask_output=False)
+                received[(x, y, threshold, above)] = proxy.counts()[1] - before
+            np.testing.assert_array_equal(ours.scores, expected.scores)
+            np.testing.assert_array_equal(ours.object_score_logits, expected.object_score_logits)
+            mask = local.resizer.masks(ours.low_res_logits[0], size, threshold)
+            np.testing.assert_array_equal(mask, local.resizer.masks(expected.low_res_logits[0], size, threshold))
+            differs = ours.low_res_logits != expected.low_res_logits
+            assert (expected.low_res_logits[differs] <= threshold).all() and (ours.low_res_logits[differs] <= threshold).all()
+            assert mask.any() == (threshold < 100)
+    finally:
+        remote.close()
+        local.close()
+        proxy.close()
+    full, cropped = received[(100, 100, 0.0, None)], received[(100, 100, 0.0, 0.0)]
+    print(f"bytes down per decode: whole logits {full}, around the object {cropped}")
+    assert cropped < full / 5  # a disk of 50 px in a 400 px image: about a fifth of the grid a side
+    assert received[(300, 200, 100.0, 100.0)] < 2048  # nothing above the threshold: one sample
 
 
 @pytest.mark.parametrize("model_id", SERVED_MODELS)

@@ -74,10 +74,13 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
         contract.POINT_COORDS,
         contract.POINT_LABELS,
         contract.MASK_INPUT,
+        contract.CROP_THRESHOLD,
     }
     assert all(i.optional for i in inputs.values())
     assert inputs[contract.HANDLE].data_type == model_config_pb2.TYPE_STRING
-    assert {o.name for o in config.output} == {contract.HANDLE, *contract.DECODER_OUTPUTS}
+    outputs = {o.name: o for o in config.output}
+    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, contract.SINGLE_MASK_CROP, contract.CROP_BOX}
+    assert list(outputs[contract.SINGLE_MASK_CROP].dims) == [1, -1, -1] and list(outputs[contract.CROP_BOX].dims) == [4]
     assert config.dynamic_batching.default_queue_policy.timeout_action == model_config_pb2.ModelQueuePolicy.REJECT
     params = {k: v.string_value for k, v in config.parameters.items()}
     assert params["encoder_model"] == spec.encoder_name and params["decoder_model"] == spec.decoder_name

@@ -43,11 +43,11 @@ class _Error:
 
 
 class _Request:
-    def __init__(self, **inputs: np.ndarray) -> None:
-        self.inputs = inputs
+    def __init__(self, outputs: tuple[str, ...] = (), **inputs: np.ndarray) -> None:
+        self.inputs, self.outputs = inputs, list(outputs)
 
     def requested_output_names(self) -> list[str]:
-        return []
+        return self.outputs
 
     def is_cancelled(self) -> bool:
         return False
@@ -118,11 +118,17 @@ def _encode(model, image: np.ndarray) -> str:
     return response.outputs[contract.HANDLE][0, 0].decode()
 
 
-def _decode(model, handles: list[str], points: list) -> _Response:
+_CROPPED = (contract.SINGLE_MASK_CROP, contract.CROP_BOX, contract.SINGLE_SCORE, contract.OBJECT_SCORE)
+
+
+def _decode(model, handles: list[str], points: list, outputs: tuple[str, ...] = (), **crop_threshold: np.ndarray) -> _Response:
+    """Decode `points` (one set per handle) for `outputs` (all if none); `crop_threshold` for a masks-only decode."""
     request = _Request(
+        outputs,
         handle=np.array([[h.encode()] for h in handles], dtype=np.object_),
         point_coords=np.array(points, np.float32),
         point_labels=np.ones((len(handles), len(points[0])), np.int32),
+        **crop_threshold,
     )
     (response,) = model.run([request])
     return response
@@ -252,3 +258,67 @@ def test_video_requests_compute_what_the_local_video_graphs_compute(python_model
 
 def _handles(handle: str) -> np.ndarray:
     return np.array([[handle.encode()]], dtype=np.object_)
+
+
+def _blobs(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Low-res logits [1, 1, size, size] like a decoder's: a few smooth bumps on a negative floor."""
+    yy, xx = np.mgrid[:size, :size]
+    logits = np.full((size, size), -8.0)
+    for _ in range(rng.integers(1, 4)):
+        cy, cx = rng.uniform(0, size, 2)
+        radius = rng.uniform(2, size / 6)
+        logits += 14.0 * np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * radius**2))
+    return (logits + rng.normal(0, 0.3, logits.shape)).astype(np.float32)[None, None]
+
+
+@pytest.mark.parametrize("model_id", ["sam2.1_hiera_tiny", "mobile_sam", "sam3_tracker"])
+def test_masks_from_the_crop_of_a_masks_only_decode_are_the_whole_logits_masks(python_model, model_id):
+    """Cropped to the samples above the threshold and `CROP_MARGIN` more (SAM1's two bilinear
+    resizes read three samples a side), then put back below it: the same masks at any image size."""
+    from triton_sam.engines.triton import uncropped
+    from triton_sam.masks import MaskResizer
+
+    assert (python_model.CROP_THRESHOLD, python_model.CROP_MARGIN) == (contract.CROP_THRESHOLD, contract.CROP_MARGIN)
+    assert (python_model.SINGLE_MASK_CROP, python_model.CROP_BOX) == (contract.SINGLE_MASK_CROP, contract.CROP_BOX)
+    spec = get_model(model_id)
+    resizer, size = MaskResizer(spec), spec.low_res_size
+    rng = np.random.default_rng(1)
+    for image_hw in ((300, 400), (97, 1531), (1200, 700), (2048, 2048)):
+        for threshold in (0.0, 3.0):
+            logits = _blobs(rng, size)
+            crop, box = python_model._cropped_above(logits, np.array([threshold], np.float32))
+            assert crop.shape[-2:] != (size, size)  # the test would show nothing otherwise
+            restored = uncropped(crop, box, threshold, size)
+            expected = resizer.masks(logits[0], image_hw, threshold)
+            np.testing.assert_array_equal(resizer.masks(restored[0], image_hw, threshold), expected)
+            found, (y, x) = resizer.object_mask(restored[0, 0], image_hw, threshold)
+            whole = np.zeros(image_hw, bool)
+            whole[y : y + found.shape[0], x : x + found.shape[1]] = found
+            np.testing.assert_array_equal(whole, expected[0])
+
+
+def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_model, synthetic_repository):
+    """The crop is the single mask's logits in a box around every row's samples above its
+    threshold, grown by `CROP_MARGIN`; nothing above: one sample; a crop without a threshold is refused."""
+    model = _session_model(python_model, synthetic_repository, "off")
+    handle = _encode(model, _images()[1])
+    points = [[[300.0, 240.0]], [[660.0, 900.0]]]
+    whole = _decode(model, [handle, handle], points).outputs[contract.SINGLE_MASK]
+    for thresholds in ([0.0, 0.0], [0.0, 100.0], [100.0, 100.0]):
+        response = _decode(model, [handle, handle], points, _CROPPED, crop_threshold=np.array(thresholds, np.float32)[:, None])
+        assert set(response.outputs) == set(_CROPPED)
+        crop, box = response.outputs[contract.SINGLE_MASK_CROP], response.outputs[contract.CROP_BOX]
+        above = (whole > np.array(thresholds)[:, None, None, None]).any(axis=(0, 1))
+        if above.any():
+            rows, cols = np.flatnonzero(above.any(1)), np.flatnonzero(above.any(0))
+            m, last = contract.CROP_MARGIN, whole.shape[-1]
+            expected_box = [max(rows[0] - m, 0), max(cols[0] - m, 0), min(rows[-1] + 1 + m, last), min(cols[-1] + 1 + m, last)]
+        else:
+            expected_box = [0, 0, 1, 1]
+        assert box.tolist() == [expected_box] * 2
+        y0, x0, y1, x1 = expected_box
+        np.testing.assert_array_equal(crop, whole[:, :, y0:y1, x0:x1])
+    refused = _decode(model, [handle], points[:1], _CROPPED)
+    assert refused.error.code == _Error.INVALID_ARG and contract.CROP_THRESHOLD in refused.error.message
+    wrong = _decode(model, [handle], points[:1], _CROPPED, crop_threshold=np.array([[np.nan]], np.float32))
+    assert wrong.error.code == _Error.INVALID_ARG

@@ -48,6 +48,8 @@ _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Trito
 # answer is sent (triton-inference-server/server#7368 and #8034, fixed in March 2025). PyTriton
 # 0.7.0 bundles 2.51: 16 clients cancelling hover decodes crashed it within a minute.
 SAFE_CANCEL_VERSION = (2, 57)
+# What a masks-only single-mask decode asks for (`DecodeRequest.logits_above`): the logits around the object.
+CROPPED_OUTPUTS = [contract.SINGLE_MASK_CROP, contract.CROP_BOX, contract.SINGLE_SCORE, contract.OBJECT_SCORE]
 
 
 class _HandleLost(Exception):
@@ -201,6 +203,8 @@ class TritonEngine(Engine):
         always = self.cancel_on_server and "dynamic_batching" not in config
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
+        # Session models exported before crops answer masks-only decodes with the whole logits.
+        self.crops = contract.CROP_THRESHOLD in {tensor.get("name") for tensor in config.get("input", [])}
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"
@@ -266,9 +270,13 @@ class TritonEngine(Engine):
         dynamic batcher sees them together), and join the answers."""
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled before it was sent")
-        names = contract.decoder_output_names(multimask_output)
+        cropped = self.crops and request.logits_above is not None and not multimask_output
+        names = CROPPED_OUTPUTS if cropped else contract.decoder_output_names(multimask_output)
         sent = [self._send(handle, part, names, cancel) for part in _split(request, self.max_batch)]
         answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
+        if cropped:
+            size = self.spec.low_res_size
+            answers = [(uncropped(crop, box, request.logits_above, size), *rest) for crop, box, *rest in answers]
         if len(answers) == 1:
             return DecodeResult(*answers[0])
         return DecodeResult(*(np.concatenate(arrays) for arrays in zip(*answers, strict=True)))
@@ -283,7 +291,7 @@ class TritonEngine(Engine):
 
         call = self.client.grpc.async_infer(
             self.spec.session_name,
-            _decode_inputs(handle, request),
+            infer_inputs(_decode_arrays(handle, request, names)),
             finished,
             outputs=[grpcclient.InferRequestedOutput(n) for n in names],
             headers=self.client.headers,
@@ -354,6 +362,23 @@ def prompt_arrays(request: DecodeRequest) -> dict[str, np.ndarray]:
     return arrays
 
 
+def uncropped(crop: np.ndarray, box: np.ndarray, threshold: float, size: int) -> np.ndarray:
+    """Low-res logits [B, 1, size, size] from the session model's crop (`contract.CROP_BOX`): the
+    crop in its box, below `threshold` elsewhere."""
+    logits = np.full((len(crop), 1, size, size), np.float32(threshold) - 1, np.float32)
+    y0, x0, y1, x1 = (int(v) for v in box[0])
+    logits[:, :, y0:y1, x0:x1] = crop
+    return logits
+
+
+def _decode_arrays(handle: str, request: DecodeRequest, names: list[str]) -> dict[str, np.ndarray]:
+    """Handle and prompt tensors of a decode request, and the crop threshold where it asks for a crop."""
+    arrays = {contract.HANDLE: np.array([[handle.encode()]] * request.batch_size, dtype=np.object_), **prompt_arrays(request)}
+    if contract.SINGLE_MASK_CROP in names:
+        arrays[contract.CROP_THRESHOLD] = np.full((request.batch_size, 1), request.logits_above, np.float32)
+    return arrays
+
+
 def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
     """`request` as requests of at most `size` prompt sets (itself if it fits)."""
     if size is None or request.batch_size <= size:
@@ -364,15 +389,10 @@ def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
             point_coords=request.point_coords[start : start + size],
             point_labels=request.point_labels[start : start + size],
             mask_input=None if masks is None else masks[start : start + size],
+            logits_above=request.logits_above,
         )
         for start in range(0, request.batch_size, size)
     ]
-
-
-def _decode_inputs(handle: str, request: DecodeRequest) -> list[grpcclient.InferInput]:
-    """Handle and prompt tensors of a decode request."""
-    handles = np.array([[handle.encode()]] * request.batch_size, dtype=np.object_)
-    return infer_inputs({contract.HANDLE: handles, **prompt_arrays(request)})
 
 
 def infer_inputs(arrays: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:

@@ -187,8 +187,9 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
     inputs = [
         _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", (-1, -1, -1), optional=True),
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
-    ] + [_tensor(*i, optional=True) for i in prompts]
-    outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in decoder_outputs(spec)]
+    ] + [_tensor(*i, optional=True) for i in [*prompts, (contract.CROP_THRESHOLD, "TYPE_FP32", (1,))]]
+    crops = [(contract.SINGLE_MASK_CROP, "TYPE_FP32", (1, -1, -1)), (contract.CROP_BOX, "TYPE_INT32", (4,))]
+    outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in [*decoder_outputs(spec), *crops]]
     video = {}
     if video_settings is not None:
         video_inputs, video_outputs = _video_tensors(spec)

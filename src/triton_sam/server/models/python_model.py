@@ -3,7 +3,9 @@
 Session model (`triton_sam_component: "session"`) keeps image features on the server. An
 *encode* request sends the image (`image`, [B,H,W,C] uint8, any size: the encoder resizes) and gets back a
 `handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
-gets mask logits back under the decoder's output names. Features live in a bounded LRU in this
+gets mask logits back under the decoder's output names; with `crop_threshold` it may ask for
+`single_mask_crop` and `crop_box` instead of `single_mask`: the single mask's logits only around
+the samples above that threshold (a hover preview's, sent often over a user's network). Features live in a bounded LRU in this
 process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
 and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry.
 
@@ -45,6 +47,8 @@ COMPONENT_PARAMETER = "triton_sam_component"
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"
 GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
+SINGLE_MASK = "single_mask"
+CROP_THRESHOLD, SINGLE_MASK_CROP, CROP_BOX, CROP_MARGIN = "crop_threshold", "single_mask_crop", "crop_box", 2
 UNKNOWN_MEMORY = "UNKNOWN_MEMORY"
 VIDEO_DIR = "video"
 # Volumes (SAM2.1): the inputs that tell a request's kind, and the other tensors.
@@ -226,18 +230,19 @@ class SessionModel:
             except (UnknownHandle, UnknownMemory, ValueError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
-        groups: dict = {}  # (points, outputs) -> [(request id, request, rows, prompts)]
+        groups: dict = {}  # (points, outputs) -> [(request id, request, rows, prompts, crop threshold)]
         for request in decodes:
             try:
                 rows, prompts = self._decode_inputs(request)
+                crop = _crop_threshold(request, len(rows))
             except (UnknownHandle, ValueError, KeyError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
                 continue
-            key = (prompts["point_coords"].shape[1], tuple(_wanted(request, DECODE_OUTPUTS)))
+            key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request)))
             if not self.batch_decodes:
                 key += (id(request),)
-            groups.setdefault(key, []).append((id(request), request, rows, prompts))
+            groups.setdefault(key, []).append((id(request), request, rows, prompts, crop))
         for (_, wanted, *_), members in groups.items():
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
@@ -285,20 +290,24 @@ class SessionModel:
 
     def _decode_together(self, wanted: list, members: list) -> dict:
         """One decoder run for several requests' rows; each request gets its own rows back."""
-        rows = [row for _, _, request_rows, _ in members for row in request_rows]
-        prompts = {name: _joined([p[name] for _, _, _, p in members]) for name in members[0][3]}
+        rows = [row for _, _, request_rows, _, _ in members for row in request_rows]
+        prompts = {name: _joined([p[name] for _, _, _, p, _ in members]) for name in members[0][3]}
         try:
             outputs = _run_cancellable(
                 lambda options: self.cache.run_decoder(self.decoder, wanted, rows, prompts, options),
-                [request for _, request, _, _ in members],
+                [request for _, request, _, _, _ in members],
             )
         except Cancelled as error:
             self.counts.add("cancelled_running", len(members))
-            return {request_id: _failure(error) for request_id, _, _, _ in members}
+            return {member[0]: _failure(error) for member in members}
         self.counts.add("decoded", len(members))
         responses, start = {}, 0
-        for request_id, _, request_rows, _ in members:
-            responses[request_id] = _response(wanted, [o[start : start + len(request_rows)] for o in outputs])
+        for request_id, request, request_rows, _, crop in members:
+            arrays = {name: o[start : start + len(request_rows)] for name, o in zip(wanted, outputs)}
+            if crop is not None:
+                arrays[SINGLE_MASK_CROP], arrays[CROP_BOX] = _cropped_above(arrays[SINGLE_MASK], crop)
+            names = _wanted(request, arrays)
+            responses[request_id] = _response(names, [arrays[name] for name in names])
             start += len(request_rows)
         return responses
 
@@ -392,6 +401,44 @@ class VideoRequests:
             prompts,
         )
         return _response(list(self.track_outputs), outputs)
+
+
+def _decoder_outputs(request) -> list:
+    """The decoder's outputs a decode request needs: those it asks for (all if none), and the
+    single mask where it asks for its crop."""
+    requested = request.requested_output_names()
+    wanted = [name for name in DECODE_OUTPUTS if name in requested]
+    if SINGLE_MASK_CROP in requested and SINGLE_MASK not in wanted:
+        wanted.append(SINGLE_MASK)
+    return wanted or list(DECODE_OUTPUTS)
+
+
+def _crop_threshold(request, batch: int):
+    """The request's crop threshold per row ([B] float32), None if it sends none; a crop asked
+    for without one is refused."""
+    tensor = pb_utils.get_input_tensor_by_name(request, CROP_THRESHOLD)
+    if tensor is None:
+        if SINGLE_MASK_CROP in request.requested_output_names():
+            raise ValueError(f"'{SINGLE_MASK_CROP}' needs input '{CROP_THRESHOLD}'")
+        return None
+    thresholds = tensor.as_numpy().astype(np.float32).reshape(-1)
+    if thresholds.shape != (batch,) or not np.isfinite(thresholds).all():
+        raise ValueError(f"'{CROP_THRESHOLD}' must be one finite number per prompt set, got {list(tensor.as_numpy().shape)}")
+    return thresholds
+
+
+def _cropped_above(logits: np.ndarray, thresholds: np.ndarray) -> tuple:
+    """`logits` [B, 1, S, S] cut to the samples above each row's threshold, grown by CROP_MARGIN
+    (one box for the batch; (0, 0, 1, 1) if none is above), and that box per row."""
+    above = (logits > thresholds.reshape(-1, 1, 1, 1)).any(axis=(0, 1))
+    rows, cols = np.flatnonzero(above.any(axis=1)), np.flatnonzero(above.any(axis=0))
+    y0, x0, y1, x1 = 0, 0, 1, 1
+    if rows.size:
+        height, width = above.shape
+        y0, y1 = max(rows[0] - CROP_MARGIN, 0), min(rows[-1] + 1 + CROP_MARGIN, height)
+        x0, x1 = max(cols[0] - CROP_MARGIN, 0), min(cols[-1] + 1 + CROP_MARGIN, width)
+    box = np.tile(np.array([y0, x0, y1, x1], np.int32), (len(logits), 1))
+    return np.ascontiguousarray(logits[:, :, y0:y1, x0:x1]), box
 
 
 def _joined(arrays: list) -> np.ndarray:
