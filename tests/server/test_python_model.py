@@ -299,7 +299,8 @@ def test_masks_from_the_crop_of_a_masks_only_decode_are_the_whole_logits_masks(p
 
 def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_model, synthetic_repository):
     """The crop is the single mask's logits in a box around every row's samples above its
-    threshold, grown by `CROP_MARGIN`; nothing above: one sample; a crop without a threshold is refused."""
+    threshold, grown by `CROP_MARGIN`; nothing above: one sample. Without a threshold, no crop
+    (Triton names every output as requested when a client names none); a bad one is refused."""
     model = _session_model(python_model, synthetic_repository, "off")
     handle = _encode(model, _images()[1])
     points = [[[300.0, 240.0]], [[660.0, 900.0]]]
@@ -318,7 +319,9 @@ def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_mo
         assert box.tolist() == [expected_box] * 2
         y0, x0, y1, x1 = expected_box
         np.testing.assert_array_equal(crop, whole[:, :, y0:y1, x0:x1])
-    refused = _decode(model, [handle], points[:1], _CROPPED)
-    assert refused.error.code == _Error.INVALID_ARG and contract.CROP_THRESHOLD in refused.error.message
+    uncropped = _decode(model, [handle], points[:1], _CROPPED)
+    assert set(uncropped.outputs) == {contract.SINGLE_SCORE, contract.OBJECT_SCORE}
+    every_output = (*contract.DECODER_OUTPUTS, contract.SINGLE_MASK_CROP, contract.CROP_BOX)
+    assert set(_decode(model, [handle], points[:1], every_output).outputs) == set(contract.DECODER_OUTPUTS)
     wrong = _decode(model, [handle], points[:1], _CROPPED, crop_threshold=np.array([[np.nan]], np.float32))
     assert wrong.error.code == _Error.INVALID_ARG

@@ -239,7 +239,7 @@ class SessionModel:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
                 continue
-            key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request)))
+            key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request, cropped=crop is not None)))
             if not self.batch_decodes:
                 key += (id(request),)
             groups.setdefault(key, []).append((id(request), request, rows, prompts, crop))
@@ -403,23 +403,21 @@ class VideoRequests:
         return _response(list(self.track_outputs), outputs)
 
 
-def _decoder_outputs(request) -> list:
+def _decoder_outputs(request, cropped: bool) -> list:
     """The decoder's outputs a decode request needs: those it asks for (all if none), and the
-    single mask where it asks for its crop."""
+    single mask where it is `cropped` (it sends a crop threshold and asks for the crop)."""
     requested = request.requested_output_names()
     wanted = [name for name in DECODE_OUTPUTS if name in requested]
-    if SINGLE_MASK_CROP in requested and SINGLE_MASK not in wanted:
+    if cropped and SINGLE_MASK_CROP in requested and SINGLE_MASK not in wanted:
         wanted.append(SINGLE_MASK)
     return wanted or list(DECODE_OUTPUTS)
 
 
 def _crop_threshold(request, batch: int):
-    """The request's crop threshold per row ([B] float32), None if it sends none; a crop asked
-    for without one is refused."""
+    """The request's crop threshold per row ([B] float32), None if it sends none (then it gets no
+    crop: Triton lists every output as requested when a client names none)."""
     tensor = pb_utils.get_input_tensor_by_name(request, CROP_THRESHOLD)
     if tensor is None:
-        if SINGLE_MASK_CROP in request.requested_output_names():
-            raise ValueError(f"'{SINGLE_MASK_CROP}' needs input '{CROP_THRESHOLD}'")
         return None
     thresholds = tensor.as_numpy().astype(np.float32).reshape(-1)
     if thresholds.shape != (batch,) or not np.isfinite(thresholds).all():
