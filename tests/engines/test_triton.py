@@ -166,7 +166,7 @@ def test_a_masks_only_decode_sends_the_logits_around_the_object_and_gives_the_sa
         proxy.close()
     full, cropped = received[(100, 100, 0.0, None)], received[(100, 100, 0.0, 0.0)]
     print(f"bytes down per decode: whole logits {full}, around the object {cropped}")
-    assert cropped < full / 5  # a disk of 50 px in a 400 px image: about a fifth of the grid a side
+    assert cropped < full / 5  # a disk of radius 50 px in a 400 px image: about a quarter of the grid a side
     assert received[(300, 200, 100.0, 100.0)] < 2048  # nothing above the threshold: one sample
 
 
