@@ -107,9 +107,11 @@ def build_request(
     normalize_coords: bool = True,
     low_res_size: int = 256,
     prompt_format: str = SAM2_PROMPTS,
+    logits_above: float | None = None,
 ) -> DecodeRequest:
     """Validate prompts for an image of `image_size` (H, W) and scale them to the model input of
-    `input_hw` (H, W; see `ModelSpec.input_hw`), in the order `prompt_format` wants."""
+    `input_hw` (H, W; see `ModelSpec.input_hw`), in the order `prompt_format` wants.
+    `logits_above`: see `DecodeRequest`."""
     height, width = image_size
     points = _points(point_coords, point_labels)
     boxes = _boxes(box)
@@ -142,6 +144,7 @@ def build_request(
         point_coords=np.ascontiguousarray(coords, dtype=np.float32),
         point_labels=np.ascontiguousarray(labels),
         mask_input=_mask_input(mask_input, batch, low_res_size),
+        logits_above=logits_above,
     )
 
 

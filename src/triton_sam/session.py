@@ -644,9 +644,8 @@ class InteractiveSession:
         """Low-res logits and scores of the first prompt set; `masks_only`: the logits will only
         be thresholded (a hover's), so a server may send just the part around the object."""
         features = self._tile_features(plane, tile)
-        request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile))
-        if masks_only:
-            request = replace(request, logits_above=self.mask_threshold)
+        logits_above = self.mask_threshold if masks_only else None
+        request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile), logits_above=logits_above)
         result = self.engine.decode(features, request, multimask, token)
         return result.low_res_logits[0], result.scores[0]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +60,7 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
 def _preview(engine: Engine, features: ImageFeatures, size: tuple[int, int], x: float, y: float) -> None:
     """One hover decode without a session: the cursor as the only point, the mask at full size as
     shown; a mask only (`logits_above`), as the session asks for it."""
-    request = replace(model_request(engine.spec, size, point_coords=[[x, y]], point_labels=[1]), logits_above=0.0)
+    request = model_request(engine.spec, size, point_coords=[[x, y]], point_labels=[1], logits_above=0.0)
     result = engine.decode(features, request, multimask_output=False)
     engine.resizer.masks(result.low_res_logits[0], size)
 

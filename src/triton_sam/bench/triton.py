@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
     """A hover preview's decode as the session asks for it: one point, a mask only (`logits_above`)."""
     size = spec.input_size
     point = np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32)
-    return replace(model_request(spec, (size, size), point_coords=point, point_labels=np.array([1])), logits_above=0.0)
+    return model_request(spec, (size, size), point_coords=point, point_labels=np.array([1]), logits_above=0.0)
 
 
 def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:

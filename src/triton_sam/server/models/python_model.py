@@ -33,6 +33,7 @@ import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnxruntime as ort
@@ -195,6 +196,15 @@ class OnnxModel:
         return responses
 
 
+class _Decode(NamedTuple):
+    """One decode request as read: its rows (cached features), prompts and crop thresholds (or None)."""
+
+    request: object
+    rows: list
+    prompts: dict
+    crop: object
+
+
 class SessionModel:
     """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks).
 
@@ -230,7 +240,7 @@ class SessionModel:
             except (UnknownHandle, UnknownMemory, ValueError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
-        groups: dict = {}  # (points, outputs) -> [(request id, request, rows, prompts, crop threshold)]
+        groups: dict = {}  # (points, outputs) -> [_Decode]
         for request in decodes:
             try:
                 rows, prompts = self._decode_inputs(request)
@@ -242,7 +252,7 @@ class SessionModel:
             key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request, cropped=crop is not None)))
             if not self.batch_decodes:
                 key += (id(request),)
-            groups.setdefault(key, []).append((id(request), request, rows, prompts, crop))
+            groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop))
         for (_, wanted, *_), members in groups.items():
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
@@ -290,25 +300,25 @@ class SessionModel:
 
     def _decode_together(self, wanted: list, members: list) -> dict:
         """One decoder run for several requests' rows; each request gets its own rows back."""
-        rows = [row for _, _, request_rows, _, _ in members for row in request_rows]
-        prompts = {name: _joined([p[name] for _, _, _, p, _ in members]) for name in members[0][3]}
+        rows = [row for member in members for row in member.rows]
+        prompts = {name: _joined([member.prompts[name] for member in members]) for name in members[0].prompts}
         try:
             outputs = _run_cancellable(
                 lambda options: self.cache.run_decoder(self.decoder, wanted, rows, prompts, options),
-                [request for _, request, _, _, _ in members],
+                [member.request for member in members],
             )
         except Cancelled as error:
             self.counts.add("cancelled_running", len(members))
-            return {member[0]: _failure(error) for member in members}
+            return {id(member.request): _failure(error) for member in members}
         self.counts.add("decoded", len(members))
         responses, start = {}, 0
-        for request_id, request, request_rows, _, crop in members:
-            arrays = {name: o[start : start + len(request_rows)] for name, o in zip(wanted, outputs)}
-            if crop is not None:
-                arrays[SINGLE_MASK_CROP], arrays[CROP_BOX] = _cropped_above(arrays[SINGLE_MASK], crop)
-            names = _wanted(request, arrays)
-            responses[request_id] = _response(names, [arrays[name] for name in names])
-            start += len(request_rows)
+        for member in members:
+            arrays = {name: o[start : start + len(member.rows)] for name, o in zip(wanted, outputs)}
+            if member.crop is not None:
+                arrays[SINGLE_MASK_CROP], arrays[CROP_BOX] = _cropped_above(arrays[SINGLE_MASK], member.crop)
+            names = _wanted(member.request, arrays)
+            responses[id(member.request)] = _response(names, [arrays[name] for name in names])
+            start += len(member.rows)
         return responses
 
 
