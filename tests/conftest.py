@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from synthetic import write_repository
-from triton_sam.bench.wire import free_port
+from triton_sam.bench.wire import loopback_ports
 from triton_sam.registry import get_model
 
 # Load torch's triton (it brings its own LLVM) before a GUI test makes Qt load Mesa's OpenGL: in the
@@ -84,7 +84,7 @@ def start_server(repository, **options):
     from triton_sam.server.local import LocalTritonServer
 
     require_server_env()
-    server = LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), **options)
+    server = LocalTritonServer(repository, **loopback_ports(), **options)
     return server.start()
 
 

@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2
 from conftest import require_server_env
 from synthetic import disk_image, write_repository
 from triton_sam import Predictor
-from triton_sam.bench.wire import free_port
+from triton_sam.bench.wire import free_ports, loopback_ports
 from triton_sam.errors import ServerUnavailableError, TritonSamError
 from triton_sam.export.triton_config import encoder_config
 from triton_sam.registry import get_model
@@ -85,15 +85,25 @@ def test_a_missing_server_environment_says_how_to_create_one(monkeypatch, tmp_pa
 
 def test_a_port_in_use_is_refused_before_starting(synthetic_server, synthetic_repository):
     taken = int(synthetic_server.grpc_url.rsplit(":", 1)[1])
-    clash = LocalTritonServer(synthetic_repository, http_port=free_port(), grpc_port=taken, metrics_port=free_port())
+    http_port, metrics_port = free_ports(2)
+    clash = LocalTritonServer(synthetic_repository, http_port=http_port, grpc_port=taken, metrics_port=metrics_port)
     with pytest.raises(TritonSamError, match=f"The grpc port {taken} on 127.0.0.1 is already in use"):
         clash.start()
     assert not clash.is_running()
 
 
+def test_one_port_given_twice_is_refused_before_starting(synthetic_repository):
+    http_port, grpc_port = free_ports(2)
+    twice = LocalTritonServer(synthetic_repository, http_port=http_port, grpc_port=grpc_port, metrics_port=http_port)
+    expected = f"three different ports, got http {http_port}, grpc {grpc_port}, metrics {http_port}"
+    with pytest.raises(TritonSamError, match=expected):
+        twice.start()
+    assert not twice.is_running()
+
+
 def test_a_server_that_fails_reports_its_log(tmp_path):
     require_server_env()
-    server = LocalTritonServer(tmp_path, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port())
+    server = LocalTritonServer(tmp_path, **loopback_ports())
     server.server_python = tmp_path / "no-python"
     (tmp_path / "no-python").write_text("#!/bin/sh\necho launcher broke >&2\nexit 3\n")
     (tmp_path / "no-python").chmod(0o755)
@@ -110,9 +120,9 @@ def _as_in_a_terminal() -> None:
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "kill"])
 def test_triton_sam_serve_serves_the_plugin_and_stops_on_ctrl_c_or_kill(synthetic_repository, stop):
     server_python = require_server_env()
-    grpc_port = free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     command = [sys.executable, "-m", "triton_sam.cli", "serve", "--model-repository", str(synthetic_repository)]
-    command += ["--grpc-port", str(grpc_port), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
+    command += ["--grpc-port", str(grpc_port), "--http-port", str(http_port), "--metrics-port", str(metrics_port)]
     command += ["--server-python", str(server_python)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal)
     triton = []  # the server's processes: a session of their own, so killing `serve` would not end them
@@ -163,9 +173,7 @@ def test_binding_wider_without_an_api_key_warns(tmp_path):
 
 def test_an_api_key_locks_every_endpoint_and_the_client_sends_it(synthetic_repository):
     require_server_env()
-    server = LocalTritonServer(
-        synthetic_repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), api_key="s3cret"
-    )
+    server = LocalTritonServer(synthetic_repository, **loopback_ports(), api_key="s3cret")
     with server:
         with pytest.raises(ServerUnavailableError, match="restricted"):
             Predictor(backend="triton", url=server.grpc_url)
@@ -193,7 +201,7 @@ def test_a_partially_exported_repository_still_serves_what_is_there(tmp_path):
     (broken / "1").mkdir(parents=True)
     (broken / "1" / "model.onnx").write_bytes(b"not an onnx file")  # an export that was cut short
     (broken / "config.pbtxt").write_text(encoder_config(large))
-    with LocalTritonServer(repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port()) as server:
+    with LocalTritonServer(repository, **loopback_ports()) as server:
         with Predictor(backend="triton", url=server.grpc_url) as predictor:
             predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
@@ -234,9 +242,7 @@ def test_grpc_over_tls_with_a_self_signed_certificate(tmp_path, synthetic_reposi
     cert, key = _self_signed(tmp_path)
     server = LocalTritonServer(
         synthetic_repository,
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
+        **loopback_ports(),
         tls_cert=cert,
         tls_key=key,
     )

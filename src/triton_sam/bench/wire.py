@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from pathlib import Path
@@ -57,15 +58,27 @@ class CountingProxy:
         self._listener.close()
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different TCP ports on 127.0.0.1 that nothing listens on right now (asked one by
+    one, the system may hand out the same port twice)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def loopback_ports() -> dict[str, int]:
+    """`LocalTritonServer`'s three port arguments: different free loopback ports."""
+    return dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(3), strict=True))
 
 
 def loopback_server(repository: Path, model_id: str, **options) -> LocalTritonServer:
     """A local Triton server (not started yet) on free loopback ports, serving `model_id` only
     (the benchmark's work directory may hold other, larger models)."""
-    ports = {"http_port": free_port(), "grpc_port": free_port(), "metrics_port": free_port()}
-    return LocalTritonServer(repository, models=(model_id,), **ports, **options)
+    return LocalTritonServer(repository, models=(model_id,), **loopback_ports(), **options)

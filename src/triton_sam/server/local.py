@@ -242,7 +242,10 @@ class LocalTritonServer:
         return ["--grpc-use-ssl=true", f"--grpc-server-cert={self.tls_cert}", f"--grpc-server-key={self.tls_key}"]
 
     def _check_ports_free(self) -> None:
-        """Refuse ports in use: the readiness check would otherwise find the other server."""
+        """Refuse ports in use (the readiness check would otherwise find the other server) or given twice."""
+        if len(set(self.ports.values())) < len(self.ports):
+            given = ", ".join(f"{kind} {port}" for kind, port in self.ports.items())
+            raise TritonSamError(f"The server needs three different ports, got {given}.")
         for kind, port in self.ports.items():
             with socket.socket() as sock:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Triton does: ignore TIME_WAIT
