@@ -60,6 +60,15 @@ SINGLE_MASK_CROP = "single_mask_crop"  # float32 [B, 1, h, w]: the same box for 
 CROP_BOX = "crop_box"  # int32 [B, 4]
 CROP_MARGIN = 2
 
+# Session model, refinement without sending the logits again: a decode with KEEP_LOGITS keeps the
+# mask logits it answers on the server, each under the signature of its bytes
+# (`engines.triton.logits_signature`); a later decode may send those signatures as MASK_INPUT_KEY
+# instead of MASK_INPUT. A key the server does not keep (evicted) fails with a message starting
+# with UNKNOWN_MASK_INPUT; the client then sends the logits.
+KEEP_LOGITS = "keep_logits"  # bool [B, 1]
+MASK_INPUT_KEY = "mask_input_key"  # bytes [B, 1]
+UNKNOWN_MASK_INPUT = "UNKNOWN_MASK_INPUT"
+
 # Session model, SAM2.1 volumes (`video.TritonVideo`; memories stay on the server behind handles).
 # track: HANDLE, MEMORY_HANDLES [B, T], MEMORY_TPOS int64 [B, T], OBJ_PTRS [B, P, C], OBJ_PTR_TPOS
 # [B, P] and the prompts -> the decoder's outputs and OBJ_PTR. remember: HANDLE, MASK_LOGITS

@@ -19,6 +19,7 @@ from triton_sam.engines import CancelToken, TritonConnection, create_engine
 from triton_sam.engines.triton import SAFE_CANCEL_VERSION, TritonClient, TritonEngine, served_models
 from triton_sam.errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from triton_sam.export import write_session_model
+from triton_sam.export.triton_config import SESSION_LOGITS_CACHE_SIZE
 from triton_sam.image import encoder_input
 from triton_sam.predictor import Predictor
 from triton_sam.prompts import build_request, model_request
@@ -168,6 +169,39 @@ def test_a_masks_only_decode_sends_the_logits_around_the_object_and_gives_the_sa
     print(f"bytes down per decode: whole logits {full}, around the object {cropped}")
     assert cropped < full / 5  # a disk of radius 50 px in a 400 px image: about a quarter of the grid a side
     assert received[(300, 200, 100.0, 100.0)] < 2048  # nothing above the threshold: one sample
+
+
+def test_a_refinement_names_the_logits_the_server_kept_and_gets_the_local_masks(synthetic_server, synthetic_repository):
+    """A single decode's logits stay on the server: a refinement with them as mask input sends
+    their key instead (under 4 KB up, not 262 KB) and gets what the local engine gets with them;
+    a client that did not receive them sends them."""
+    proxy = CountingProxy(synthetic_server.grpc_url)
+    remote, other = (TritonEngine(TINY, TritonConnection(proxy.url)) for _ in range(2))
+    local = create_engine(TINY, "local", synthetic_repository)
+    try:
+        image, size = encoder_input(IMAGE, TINY), IMAGE.shape[:2]
+        features = {engine: engine.encode(image) for engine in (remote, other, local)}
+        first = remote.decode(features[remote], model_request(TINY, size, **_one_point()))
+        np.testing.assert_array_equal(
+            first.low_res_logits, local.decode(features[local], model_request(TINY, size, **_one_point())).low_res_logits
+        )
+        two_points = {"point_coords": np.array([[100, 100], [130, 110]], np.float32), "point_labels": np.array([1, 1])}
+        sent = {}
+        for candidate in range(3):
+            refine = model_request(TINY, size, **two_points, mask_input=first.low_res_logits[0, candidate : candidate + 1])
+            expected = local.decode(features[local], refine)
+            for engine in (remote, other):
+                before = proxy.counts()[0]
+                result = engine.decode(features[engine], refine)
+                sent[engine] = proxy.counts()[0] - before
+                np.testing.assert_array_equal(result.low_res_logits, expected.low_res_logits)
+                np.testing.assert_array_equal(result.scores, expected.scores)
+            print(f"bytes up per refinement: by key {sent[remote]}, with the logits {sent[other]}")
+            assert sent[remote] <= 4096 < 262_144 < sent[other]
+    finally:
+        for engine in (remote, other, local):
+            engine.close()
+        proxy.close()
 
 
 @pytest.mark.parametrize("model_id", SERVED_MODELS)
@@ -336,9 +370,13 @@ def test_a_decode_cancelled_while_running_is_stopped_on_the_server(models_server
 
 @pytest.fixture(scope="module")
 def small_cache_server(tmp_path_factory):
-    """A server whose session model keeps one image, plus a model exported under another contract."""
+    """A server whose session model keeps one image and three masks' logits, plus a model exported
+    under another contract."""
     repository = write_repository(TINY, tmp_path_factory.mktemp("small_cache_repo"))
     write_session_model(TINY, repository, cache_size=1)
+    config = repository / TINY.session_name / "config.pbtxt"
+    logits = f'key: "logits_cache_size" value: {{ string_value: "{SESSION_LOGITS_CACHE_SIZE}" }}'
+    config.write_text(config.read_text().replace(logits, logits.replace(f'"{SESSION_LOGITS_CACHE_SIZE}"', '"3"')))
     write_repository(SMALL, repository)
     config = repository / SMALL.session_name / "config.pbtxt"
     version = f'key: "triton_sam_contract_version" value: {{ string_value: "{contract.CONTRACT_VERSION}" }}'
@@ -359,6 +397,25 @@ def test_an_evicted_embedding_is_encoded_again_without_the_caller_noticing(small
         after = _stats(url, TINY.session_name)
     np.testing.assert_array_equal(masks, expected)
     assert after["inferences"] - before["inferences"] == 3  # failed decode, encode again, decode
+
+
+def test_logits_the_server_no_longer_keeps_are_sent_without_the_caller_noticing(small_cache_server):
+    url = small_cache_server.grpc_url
+    first, second, fresh = (TritonEngine(TINY, TritonConnection(url)) for _ in range(3))
+    image, size = encoder_input(IMAGE, TINY), IMAGE.shape[:2]
+    features = {engine: engine.encode(image) for engine in (first, second, fresh)}
+    logits = first.decode(features[first], model_request(TINY, size, **_one_point())).low_res_logits
+    second.decode(features[second], model_request(TINY, size, **_one_point(300, 200)))  # its 3 masks evict the first's
+    refine = model_request(TINY, size, **_one_point(110, 100), mask_input=logits[0, :1])
+    before = _stats(url, TINY.session_name)
+    result = first.decode(features[first], refine)
+    after = _stats(url, TINY.session_name)
+    expected = fresh.decode(features[fresh], refine)  # a client that never kept them sends the logits
+    for engine in (first, second, fresh):
+        engine.close()
+    np.testing.assert_array_equal(result.low_res_logits, expected.low_res_logits)
+    np.testing.assert_array_equal(result.scores, expected.scores)
+    assert after["inferences"] - before["inferences"] == 2  # by key (failed), then with the logits
 
 
 def test_discovery_and_a_contract_mismatch_is_explained(small_cache_server):

@@ -75,9 +75,13 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
         contract.POINT_LABELS,
         contract.MASK_INPUT,
         contract.CROP_THRESHOLD,
+        contract.KEEP_LOGITS,
+        contract.MASK_INPUT_KEY,
     }
     assert all(i.optional for i in inputs.values())
     assert inputs[contract.HANDLE].data_type == model_config_pb2.TYPE_STRING
+    assert inputs[contract.MASK_INPUT_KEY].data_type == model_config_pb2.TYPE_STRING
+    assert inputs[contract.KEEP_LOGITS].data_type == model_config_pb2.TYPE_BOOL
     outputs = {o.name: o for o in config.output}
     assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, contract.SINGLE_MASK_CROP, contract.CROP_BOX}
     assert list(outputs[contract.SINGLE_MASK_CROP].dims) == [1, -1, -1] and list(outputs[contract.CROP_BOX].dims) == [4]
@@ -85,3 +89,4 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     params = {k: v.string_value for k, v in config.parameters.items()}
     assert params["encoder_model"] == spec.encoder_name and params["decoder_model"] == spec.decoder_name
     assert params["cache_size"] == "5" and params["triton_sam_component"] == "session"
+    assert int(params["logits_cache_size"]) > 0

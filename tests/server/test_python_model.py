@@ -13,6 +13,7 @@ import pytest
 
 from synthetic import disk_image
 from triton_sam import contract
+from triton_sam.engines.triton import logits_signature
 from triton_sam.export import GATHER_FILE
 from triton_sam.features import content_signature
 from triton_sam.image import encoder_input
@@ -85,12 +86,13 @@ class _NoCounts:
         pass
 
 
-def _session_model(python_model, repository, buffers: str, cache_size: int = 16):
+def _session_model(python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256):
     params = {
         contract.MODEL_ID_PARAMETER: TINY.model_id,
         "encoder_model": TINY.encoder_name,
         "decoder_model": TINY.decoder_name,
         "cache_size": str(cache_size),
+        "logits_cache_size": str(logits_cache_size),
         "feature_buffers": buffers,
     }
     return python_model.SessionModel(repository, params, _NoCounts(), repository / TINY.session_name / "1")
@@ -104,8 +106,13 @@ def test_the_python_model_shares_the_clients_constants_and_content_hash(python_m
     assert python_model.SESSION_REQUESTS_METRIC == contract.SESSION_REQUESTS_METRIC
     assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
     assert python_model.GATHER_FILE == GATHER_FILE
+    assert (python_model.KEEP_LOGITS, python_model.MASK_INPUT_KEY) == (contract.KEEP_LOGITS, contract.MASK_INPUT_KEY)
+    assert (python_model.MASK_INPUT, python_model.UNKNOWN_MASK_INPUT) == (contract.MASK_INPUT, contract.UNKNOWN_MASK_INPUT)
     image = encoder_input(disk_image(30, 40, [(10, 10, 5)]), TINY)
     assert python_model.content_signature(image, TINY.model_id) == content_signature(image, TINY.model_id)
+    logits = np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)
+    assert python_model.logits_signature(logits) == logits_signature(logits)
+    assert logits_signature(logits) != logits_signature(np.nextafter(logits, 1, where=np.eye(256, dtype=bool), out=logits.copy()))
 
 
 def _images() -> list[np.ndarray]:
@@ -121,14 +128,15 @@ def _encode(model, image: np.ndarray) -> str:
 _CROPPED = (contract.SINGLE_MASK_CROP, contract.CROP_BOX, contract.SINGLE_SCORE, contract.OBJECT_SCORE)
 
 
-def _decode(model, handles: list[str], points: list, outputs: tuple[str, ...] = (), **crop_threshold: np.ndarray) -> _Response:
-    """Decode `points` (one set per handle) for `outputs` (all if none); `crop_threshold` for a masks-only decode."""
+def _decode(model, handles: list[str], points: list, outputs: tuple[str, ...] = (), **inputs: np.ndarray) -> _Response:
+    """Decode `points` (one set per handle) for `outputs` (all if none), with further `inputs`
+    (e.g. `crop_threshold` for a masks-only decode)."""
     request = _Request(
         outputs,
         handle=np.array([[h.encode()] for h in handles], dtype=np.object_),
         point_coords=np.array(points, np.float32),
         point_labels=np.ones((len(handles), len(points[0])), np.int32),
-        **crop_threshold,
+        **inputs,
     )
     (response,) = model.run([request])
     return response
@@ -203,7 +211,7 @@ def test_video_requests_compute_what_the_local_video_graphs_compute(python_model
         [_Request(handle=_handles(handle), mask_logits=logits, mask_score=score, binarize=np.ones((1, 1), np.float32))]
     )
     memory_handle = remembered.outputs[contract.MEMORY_HANDLE][0, 0]
-    np.testing.assert_array_equal(model.video.memories[memory_handle.decode()], local.remember(plane, logits, score, True))
+    np.testing.assert_array_equal(model.video.memories.get(memory_handle.decode()), local.remember(plane, logits, score, True))
 
     inputs = MemoryInputs(
         [local.remember(plane, logits, score, True)],
@@ -325,3 +333,34 @@ def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_mo
     assert set(_decode(model, [handle], points[:1], every_output).outputs) == set(contract.DECODER_OUTPUTS)
     wrong = _decode(model, [handle], points[:1], _CROPPED, crop_threshold=np.array([[np.nan]], np.float32))
     assert wrong.error.code == _Error.INVALID_ARG
+
+
+def test_a_refinement_may_name_kept_logits_instead_of_sending_them(python_model, synthetic_repository):
+    """A decode with `keep_logits` keeps each mask's logits under its signature; a refinement
+    naming them (`mask_input_key`) gets exactly what sending them gets. Decodes without the flag
+    keep nothing; the store keeps the newest `logits_cache_size`; an evicted key, or a key and
+    logits both, are refused and keep nothing."""
+    model = _session_model(python_model, synthetic_repository, "off", logits_cache_size=4)
+    handle = _encode(model, _images()[1])
+    keep = {contract.KEEP_LOGITS: np.ones((1, 1), bool)}
+    first = _decode(model, [handle], [[[300.0, 240.0]]], **keep).outputs[contract.MULTI_MASKS]
+    keys = [logits_signature(logits) for logits in first[0]]
+    refine = [[[300.0, 240.0], [320.0, 250.0]]]
+    for candidate, key in enumerate(keys):
+        sent = _decode(model, [handle], refine, mask_input=first[:, candidate : candidate + 1])
+        named = _decode(model, [handle], refine, mask_input_key=np.array([[key.encode()]], dtype=np.object_))
+        assert sent.error is None and named.error is None
+        assert set(named.outputs) == set(contract.DECODER_OUTPUTS)
+        for name, array in sent.outputs.items():
+            np.testing.assert_array_equal(named.outputs[name], array)
+    unkept = _decode(model, [handle], [[[600.0, 100.0]]]).outputs[contract.SINGLE_MASK]
+    unkept_key = np.array([[logits_signature(unkept[0, 0]).encode()]], dtype=np.object_)
+    assert _decode(model, [handle], refine, mask_input_key=unkept_key).error.code == _Error.NOT_FOUND
+    _decode(model, [handle], [[[600.0, 100.0]]], (contract.SINGLE_MASK,), **keep)  # the fourth kept: all still there
+    _decode(model, [handle], [[[100.0, 900.0]]], (contract.SINGLE_MASK,), **keep)  # a fifth evicts the oldest
+    oldest, newest = (np.array([[key.encode()]], dtype=np.object_) for key in (keys[0], keys[2]))
+    evicted = _decode(model, [handle], refine, mask_input_key=oldest)
+    assert evicted.error.code == _Error.NOT_FOUND and evicted.error.message.startswith(contract.UNKNOWN_MASK_INPUT)
+    assert _decode(model, [handle], refine, mask_input_key=newest).error is None
+    both = _decode(model, [handle], refine, mask_input_key=newest, mask_input=first[:, :1])
+    assert both.error.code == _Error.INVALID_ARG

@@ -14,7 +14,7 @@ from triton_sam import Predictor, contract
 from triton_sam.registry import get_model
 
 TINY = get_model("sam2.1_hiera_tiny")
-DTYPES = {"FP32": np.float32, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16, "UINT8": np.uint8}
+DTYPES = {"FP32": np.float32, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16, "UINT8": np.uint8, "BOOL": np.bool_}
 
 
 def _tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
@@ -26,7 +26,8 @@ def _tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
 
 @st.composite
 def malformed_requests(draw):
-    """Decode requests with random batch/point counts, dtypes, handles, values (NaN and huge too)."""
+    """Decode requests with random batch/point counts, dtypes, handles, values (NaN and huge too),
+    mask inputs by value or by keys the server does not keep."""
     batch = draw(st.integers(1, 3))
     points = draw(st.integers(0, 4))
     coord_batch = draw(st.sampled_from([batch, batch + 1]))
@@ -40,6 +41,11 @@ def malformed_requests(draw):
     if draw(st.booleans()):
         side = draw(st.sampled_from([256, 64]))
         inputs[contract.MASK_INPUT] = np.zeros((batch, 1, side, side), np.float32)
+    if draw(st.booleans()):  # logits by key: unknown, empty, or one too many
+        key = draw(st.sampled_from([b"0" * 32, b""]))
+        inputs[contract.MASK_INPUT_KEY] = np.array([[key]] * draw(st.sampled_from([batch, batch + 1])), dtype=np.object_)
+    if draw(st.booleans()):
+        inputs[contract.KEEP_LOGITS] = np.array([[draw(st.booleans())]] * batch, np.bool_)
     if draw(st.booleans()):
         del inputs[draw(st.sampled_from([contract.POINT_COORDS, contract.POINT_LABELS]))]
     return inputs

@@ -161,6 +161,15 @@ def _triton(r: dict) -> str:
             f"{b['decode_up']:,} B up, {b['decode_down']:,} B down",
         ],
     ]
+    if "triton_refine" in r:  # runs before 2026-11-25 did not time refinements
+        rows.append(
+            [
+                "refinement decode (two points and the previous mask, three masks)",
+                _ms(r["local_refine"]["median_ms"]),
+                _ms(r["triton_refine"]["median_ms"]),
+                f"{b['refine_up']:,} B up, {b['refine_down']:,} B down",
+            ]
+        )
     text = _table(["median ms", "local engine", "through Triton (loopback)", "bytes per call"], rows)
     throughput = [
         [mode.replace("throughput_", "").replace("_", " ")] + [f"{row['decodes_per_s']:.1f}" for row in r[mode]]

@@ -1,8 +1,8 @@
 """`triton-sam bench triton`: the Triton path next to the local engine, in one run.
 
-A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode
-and decode latency through Triton on loopback and with the local engine (calls alternate), bytes
-on the wire per call (a counting proxy), decode throughput with 1, 4 and 16 concurrent clients,
+A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode,
+hover-decode and refinement latency through Triton on loopback and with the local engine (calls
+alternate), bytes on the wire per call (a counting proxy), decode throughput with 1, 4 and 16 concurrent clients,
 with the session model's dynamic batching and with it switched off, and how long a 4096-px
 encode request keeps Python's lock while it goes out (ours next to tritonclient's `infer`).
 """
@@ -37,6 +37,18 @@ def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
     size = spec.input_size
     point = np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32)
     return model_request(spec, (size, size), point_coords=point, point_labels=np.array([1]), logits_above=0.0)
+
+
+def _refinement(engine: Engine, features: ImageFeatures, spec: ModelSpec, i: int) -> tuple[DecodeRequest, DecodeRequest]:
+    """A click's decode (one point, three masks) and, for its answer, a second click's: two points
+    and the best of the first's logits as the mask input, as the session refines an object."""
+    size = spec.input_size
+    point = [size * 0.4 + i % 50, size * 0.45]
+    click = model_request(spec, (size, size), point_coords=[point], point_labels=[1])
+    first = engine.decode(features, click)
+    best = first.low_res_logits[0, int(np.argmax(first.scores[0]))]
+    second = [point[0] + 30, point[1] + 10]
+    return model_request(spec, (size, size), point_coords=[point, second], point_labels=[1, 1], mask_input=best[None])
 
 
 def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:
@@ -75,9 +87,10 @@ def server_batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
 
 
 def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpec, inputs, decodes: int) -> dict:
-    """Encode and hover-decode latency of both engines, alternating, and the bytes Triton moved."""
-    times: dict[str, list[float]] = {"local_encode": [], "triton_encode": [], "local_decode": [], "triton_decode": []}
-    wire = {"encode_up": [], "encode_down": [], "decode_up": [], "decode_down": []}
+    """Encode, hover-decode and refinement latency of both engines, alternating, and the bytes Triton moved."""
+    calls = ("encode", "decode", "refine")
+    times: dict[str, list[float]] = {f"{engine}_{call}": [] for call in calls for engine in ("local", "triton")}
+    wire: dict[str, list[int]] = {f"{call}_{way}": [] for call in calls for way in ("up", "down")}
     features: dict[str, ImageFeatures] = {}
     for image in inputs:
         seconds, features["local"] = timed_call(local.encode, image)
@@ -96,6 +109,14 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
         after = proxy.counts()
         wire["decode_up"].append(after[0] - up)
         wire["decode_down"].append(after[1] - down)
+    for i in range(max(1, decodes // 3)):
+        times["local_refine"].append(timed(local.decode, features["local"], _refinement(local, features["local"], spec, i)))
+        request = _refinement(remote, features["triton"], spec, i)
+        up, down = proxy.counts()
+        times["triton_refine"].append(timed(remote.decode, features["triton"], request))
+        after = proxy.counts()
+        wire["refine_up"].append(after[0] - up)
+        wire["refine_down"].append(after[1] - down)
     stats = {key: summarize(values) for key, values in times.items()}
     stats["bytes_per_call"] = {key: int(np.median(values)) for key, values in wire.items()}
     return stats

@@ -8,14 +8,18 @@ queue or by the session model) and a running one is stopped. Servers older than 
 (25.04) can crash when a call is cancelled as its answer goes out, so there a cancelled decode
 waits for its answer and drops it: each caller keeps at most one call on the server, never a pile
 of abandoned ones. If the server lost the embedding (evicted, restarted) the image
-is encoded again and the decode retried, without the caller noticing.
+is encoded again and the decode retried, without the caller noticing. The server keeps the
+mask logits of single decodes, so a refinement (the previous logits as `mask_input`) sends their
+key instead of 262 KB; where the server forgot them, the logits are sent after all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import grpc
@@ -54,6 +58,48 @@ CROPPED_OUTPUTS = [contract.SINGLE_MASK_CROP, contract.CROP_BOX, contract.SINGLE
 
 class _HandleLost(Exception):
     """The server no longer has the features behind a handle."""
+
+
+class _MaskInputLost(Exception):
+    """The server no longer keeps the mask logits a decode named by key."""
+
+
+def logits_signature(logits: np.ndarray) -> str:
+    """Signature of one mask's low-res logits ([S, S] float32): its key as a later mask input
+    (the session model computes the same for the logits it keeps)."""
+    return hashlib.blake2b(np.ascontiguousarray(logits, np.float32).tobytes(), digest_size=16).hexdigest()
+
+
+class KeptLogits:
+    """Signatures of the mask logits the server keeps for this client, as far as it knows: the
+    newest `capacity` (the server's own bound; other clients may make it evict sooner)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, masks: np.ndarray) -> None:
+        """Note the logits of `masks` ([..., S, S]) as kept."""
+        keys = [logits_signature(logits) for logits in masks.reshape(-1, *masks.shape[-2:])]
+        with self._lock:
+            for key in keys:
+                self._keys[key] = None
+                self._keys.move_to_end(key)
+            while len(self._keys) > self.capacity:
+                self._keys.popitem(last=False)
+
+    def keys(self, mask_input: np.ndarray) -> np.ndarray | None:
+        """The keys of a request's `mask_input` [B, 1, S, S] as its bytes tensor [B, 1]; None unless all are kept."""
+        keys = [logits_signature(logits) for logits in mask_input[:, 0]]
+        with self._lock:
+            if not all(key in self._keys for key in keys):
+                return None
+        return np.array([[key.encode()] for key in keys], dtype=np.object_)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._keys.clear()
 
 
 class TritonClient:
@@ -203,8 +249,12 @@ class TritonEngine(Engine):
         always = self.cancel_on_server and "dynamic_batching" not in config
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
-        # Session models exported before crops answer masks-only decodes with the whole logits.
-        self.crops = contract.CROP_THRESHOLD in {tensor.get("name") for tensor in config.get("input", [])}
+        # Session models exported before crops answer masks-only decodes with the whole logits,
+        # and those before kept logits take no mask input by key.
+        inputs = {tensor.get("name") for tensor in config.get("input", [])}
+        self.crops = contract.CROP_THRESHOLD in inputs
+        kept = contract.MASK_INPUT_KEY in inputs
+        self.kept_logits = KeptLogits(int(_parameter(config, "logits_cache_size") or 1)) if kept else None
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"
@@ -272,8 +322,17 @@ class TritonEngine(Engine):
             raise DecodeCancelled("decode cancelled before it was sent")
         cropped = self.crops and request.logits_above is not None and not multimask_output
         names = CROPPED_OUTPUTS if cropped else contract.decoder_output_names(multimask_output)
-        sent = [self._send(handle, part, names, cancel) for part in _split(request, self.max_batch)]
-        answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
+        # The logits of a single whole-logits decode may come back as the next one's mask input.
+        keep = self.kept_logits is not None and not cropped and request.batch_size == 1
+        try:
+            parts = [self._decode_arrays(handle, part, names, keep) for part in _split(request, self.max_batch)]
+            sent = [self._send(arrays, names, cancel) for arrays in parts]
+            answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
+        except _MaskInputLost:
+            self.kept_logits.clear()  # the server lost kept logits (evicted, restarted): send them
+            return self._decode(handle, request, multimask_output, cancel)
+        if keep:
+            self.kept_logits.add(answers[0][0])
         if cropped:
             size = self.spec.low_res_size
             answers = [(uncropped(crop, box, request.logits_above, size), *rest) for crop, box, *rest in answers]
@@ -281,7 +340,21 @@ class TritonEngine(Engine):
             return DecodeResult(*answers[0])
         return DecodeResult(*(np.concatenate(arrays) for arrays in zip(*answers, strict=True)))
 
-    def _send(self, handle: str, request: DecodeRequest, names: list[str], cancel: CancelToken | None) -> tuple:
+    def _decode_arrays(self, handle: str, request: DecodeRequest, names: list[str], keep: bool) -> dict[str, np.ndarray]:
+        """Handle and prompt tensors of a decode request: the mask input by key where the server keeps
+        it, the crop threshold where it asks for a crop, and whether the server should keep its logits."""
+        arrays = {contract.HANDLE: np.array([[handle.encode()]] * request.batch_size, dtype=np.object_), **prompt_arrays(request)}
+        keys = None if request.mask_input is None or self.kept_logits is None else self.kept_logits.keys(request.mask_input)
+        if keys is not None:
+            del arrays[contract.MASK_INPUT]
+            arrays[contract.MASK_INPUT_KEY] = keys
+        if contract.SINGLE_MASK_CROP in names:
+            arrays[contract.CROP_THRESHOLD] = np.full((request.batch_size, 1), request.logits_above, np.float32)
+        if keep:
+            arrays[contract.KEEP_LOGITS] = np.ones((request.batch_size, 1), bool)
+        return arrays
+
+    def _send(self, arrays: dict[str, np.ndarray], names: list[str], cancel: CancelToken | None) -> tuple:
         done = threading.Event()
         outcome: dict = {}
 
@@ -291,7 +364,7 @@ class TritonEngine(Engine):
 
         call = self.client.grpc.async_infer(
             self.spec.session_name,
-            infer_inputs(_decode_arrays(handle, request, names)),
+            infer_inputs(arrays),
             finished,
             outputs=[grpcclient.InferRequestedOutput(n) for n in names],
             headers=self.client.headers,
@@ -311,6 +384,8 @@ class TritonEngine(Engine):
         if error is not None:
             if contract.UNKNOWN_HANDLE in (error.message() or ""):
                 raise _HandleLost(handle)
+            if contract.UNKNOWN_MASK_INPUT in (error.message() or ""):
+                raise _MaskInputLost()
             raise self._error(error) from error
         return tuple(outcome["result"].as_numpy(n) for n in names)
 
@@ -369,14 +444,6 @@ def uncropped(crop: np.ndarray, box: np.ndarray, threshold: float, size: int) ->
     y0, x0, y1, x1 = (int(v) for v in box[0])
     logits[:, :, y0:y1, x0:x1] = crop
     return logits
-
-
-def _decode_arrays(handle: str, request: DecodeRequest, names: list[str]) -> dict[str, np.ndarray]:
-    """Handle and prompt tensors of a decode request, and the crop threshold where it asks for a crop."""
-    arrays = {contract.HANDLE: np.array([[handle.encode()]] * request.batch_size, dtype=np.object_), **prompt_arrays(request)}
-    if contract.SINGLE_MASK_CROP in names:
-        arrays[contract.CROP_THRESHOLD] = np.full((request.batch_size, 1), request.logits_above, np.float32)
-    return arrays
 
 
 def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:

@@ -56,6 +56,7 @@ def _tensors(entries: list[str]) -> str:
 
 SESSION_MAX_BATCH = 16
 SESSION_CACHE_SIZE = 16
+SESSION_LOGITS_CACHE_SIZE = 256  # masks' low-res logits kept for refinement (256 KiB each for SAM2.1)
 SESSION_MEMORY_CACHE_SIZE = 512  # mask memories kept for volumes (1 MiB each for SAM2.1)
 
 
@@ -175,6 +176,15 @@ def _video_tensors(spec: ModelSpec) -> tuple[list[str], list[str]]:
     return [_tensor(*i, optional=True) for i in inputs], [_tensor(*o) for o in outputs]
 
 
+def _session_decode_options() -> list[tuple[str, str, tuple[int, ...]]]:
+    """The session model's optional decode inputs besides the prompts (see `contract`)."""
+    return [
+        (contract.CROP_THRESHOLD, "TYPE_FP32", (1,)),
+        (contract.KEEP_LOGITS, "TYPE_BOOL", (1,)),
+        (contract.MASK_INPUT_KEY, "TYPE_STRING", (1,)),
+    ]
+
+
 def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_settings: dict | None = None) -> str:
     """config.pbtxt of the session model: encode (image -> handle) or decode (handle + prompts);
     with `video_settings` (the model has video graphs) also the requests of volumes.
@@ -187,7 +197,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
     inputs = [
         _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", (-1, -1, -1), optional=True),
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
-    ] + [_tensor(*i, optional=True) for i in [*prompts, (contract.CROP_THRESHOLD, "TYPE_FP32", (1,))]]
+    ] + [_tensor(*i, optional=True) for i in [*prompts, *_session_decode_options()]]
     crops = [(contract.SINGLE_MASK_CROP, "TYPE_FP32", (1, -1, -1)), (contract.CROP_BOX, "TYPE_INT32", (4,))]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in [*decoder_outputs(spec), *crops]]
     video = {}
@@ -204,6 +214,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
         encoder_model=spec.encoder_name,
         decoder_model=spec.decoder_name,
         cache_size=str(cache_size),
+        logits_cache_size=str(SESSION_LOGITS_CACHE_SIZE),
         **video,
     )
     return (

@@ -7,10 +7,14 @@ gets mask logits back under the decoder's output names; with `crop_threshold` it
 `single_mask_crop` and `crop_box` instead of `single_mask`: the single mask's logits only around
 the samples above that threshold (a hover preview's, sent often over a user's network). Features live in a bounded LRU in this
 process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
-and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry.
+and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry. A decode with
+`keep_logits` keeps the mask logits it answers (another LRU) under the signature of their bytes,
+so that a refinement may send `mask_input_key` (those signatures) instead of `mask_input`
+(262 KB a prompt set); an unknown key fails with NOT_FOUND and `UNKNOWN_MASK_INPUT`, and
+clients send the logits themselves.
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
-`1/model.onnx` it runs), `cache_size` (images kept) and `feature_buffers` ("auto": on a GPU the
+`1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept) and `feature_buffers` ("auto": on a GPU the
 features stay in GPU memory, one slot per image, and the decoder reads them there; "on": the same
 buffers in host memory, for tests; "off": numpy arrays). Rows of a batched decode are gathered
 from the slots by `gather_features.onnx`, written next to this file. What it did with each request is counted
@@ -31,7 +35,6 @@ import hashlib
 import json
 import sys
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,7 +51,8 @@ COMPONENT_PARAMETER = "triton_sam_component"
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"
 GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
-SINGLE_MASK = "single_mask"
+SINGLE_MASK, MULTI_MASKS, MASK_INPUT = "single_mask", "masks", "mask_input"
+KEEP_LOGITS, MASK_INPUT_KEY, UNKNOWN_MASK_INPUT = "keep_logits", "mask_input_key", "UNKNOWN_MASK_INPUT"
 CROP_THRESHOLD, SINGLE_MASK_CROP, CROP_BOX, CROP_MARGIN = "crop_threshold", "single_mask_crop", "crop_box", 2
 UNKNOWN_MEMORY = "UNKNOWN_MEMORY"
 VIDEO_DIR = "video"
@@ -72,6 +76,10 @@ class UnknownHandle(KeyError):
 
 class UnknownMemory(KeyError):
     """A mask memory handle was never made here or has been evicted."""
+
+
+class UnknownMaskInput(KeyError):
+    """A mask input key names logits never kept here or evicted."""
 
 
 def _has_cuda_device() -> bool:
@@ -99,6 +107,11 @@ def content_signature(image: np.ndarray, model_id: str) -> str:
     digest.update(str(image.shape).encode())  # SAM1 inputs vary in shape
     digest.update(model_id.encode())
     return digest.hexdigest()
+
+
+def logits_signature(logits: np.ndarray) -> str:
+    """Signature of one mask's low-res logits ([S, S] float32): its key as a later mask input."""
+    return hashlib.blake2b(np.ascontiguousarray(logits, np.float32).tobytes(), digest_size=16).hexdigest()
 
 
 class RequestCounts:
@@ -161,6 +174,9 @@ def _failure(error: Exception) -> "pb_utils.InferenceResponse":
     if isinstance(error, UnknownMemory):
         message = f"{UNKNOWN_MEMORY}: no mask memory {error.args[0]} (evicted or never made)"
         return _error(message, pb_utils.TritonError.NOT_FOUND)
+    if isinstance(error, UnknownMaskInput):
+        message = f"{UNKNOWN_MASK_INPUT}: no kept mask logits {error.args[0]} (evicted or never kept)"
+        return _error(message, pb_utils.TritonError.NOT_FOUND)
     return _error(f"invalid request: {error}", pb_utils.TritonError.INVALID_ARG)
 
 
@@ -197,12 +213,14 @@ class OnnxModel:
 
 
 class _Decode(NamedTuple):
-    """One decode request as read: its rows (cached features), prompts and crop thresholds (or None)."""
+    """One decode request as read: its rows (cached features), prompts, crop thresholds (or None)
+    and whether to keep the mask logits it answers."""
 
     request: object
     rows: list
     prompts: dict
     crop: object
+    keep: bool
 
 
 class SessionModel:
@@ -223,6 +241,7 @@ class SessionModel:
         on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
         self.batch_decodes = on_gpu
         self.cache = _feature_store(self.encoder, self.decoder, params, on_gpu, model_dir)
+        self.kept_logits = _lru_store(int(params.get("logits_cache_size", "256")))
         self.video = _video_requests(model_dir, params)
 
     def run(self, requests) -> list:
@@ -245,6 +264,7 @@ class SessionModel:
             try:
                 rows, prompts = self._decode_inputs(request)
                 crop = _crop_threshold(request, len(rows))
+                keep = _flag(request, KEEP_LOGITS)
             except (UnknownHandle, ValueError, KeyError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
@@ -252,7 +272,7 @@ class SessionModel:
             key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request, cropped=crop is not None)))
             if not self.batch_decodes:
                 key += (id(request),)
-            groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop))
+            groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop, keep))
         for (_, wanted, *_), members in groups.items():
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
@@ -288,15 +308,34 @@ class SessionModel:
             rows = [self.cache.get(_text(h)) for h in handles]
         except KeyError as error:
             raise UnknownHandle(error.args[0]) from None
-        mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
-        has_mask = mask is not None
+        mask = self._mask_input(request, batch)
         prompts = {
             "point_coords": coords,
             "point_labels": labels,
-            "mask_input": mask.as_numpy() if has_mask else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
-            "has_mask_input": np.full((batch, 1), float(has_mask), np.float32),
+            "mask_input": mask if mask is not None else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
+            "has_mask_input": np.full((batch, 1), float(mask is not None), np.float32),
         }
         return rows, prompts
+
+    def _mask_input(self, request, batch: int):
+        """The request's mask input [B, 1, S, S]: sent, or kept here under the keys sent; None if neither."""
+        mask = pb_utils.get_input_tensor_by_name(request, MASK_INPUT)
+        keys = pb_utils.get_input_tensor_by_name(request, MASK_INPUT_KEY)
+        if keys is None:
+            return None if mask is None else mask.as_numpy()
+        keys = [_text(k) for k in keys.as_numpy().reshape(-1)]
+        if mask is not None or len(keys) != batch:
+            raise ValueError(f"send '{MASK_INPUT}' or '{MASK_INPUT_KEY}' (one per prompt set), not both")
+        try:
+            return np.stack([self.kept_logits.get(key) for key in keys])[:, None]
+        except KeyError as error:
+            raise UnknownMaskInput(error.args[0]) from None
+
+    def _keep(self, arrays: dict) -> None:
+        """Keep every mask's logits among the decoder's `arrays` under its signature."""
+        for masks in (arrays[name] for name in (MULTI_MASKS, SINGLE_MASK) if name in arrays):
+            for logits in masks.reshape(-1, *masks.shape[-2:]):
+                self.kept_logits.put(logits_signature(logits), logits.copy())
 
     def _decode_together(self, wanted: list, members: list) -> dict:
         """One decoder run for several requests' rows; each request gets its own rows back."""
@@ -314,6 +353,8 @@ class SessionModel:
         responses, start = {}, 0
         for member in members:
             arrays = {name: o[start : start + len(member.rows)] for name, o in zip(wanted, outputs)}
+            if member.keep:
+                self._keep(arrays)
             if member.crop is not None:
                 arrays[SINGLE_MASK_CROP], arrays[CROP_BOX] = _cropped_above(arrays[SINGLE_MASK], member.crop)
             names = _wanted(member.request, arrays)
@@ -340,6 +381,14 @@ def _feature_store(encoder, decoder, params: dict, on_gpu: bool, model_dir: Path
     return BufferFeatureStore(capacity, names, shapes, device, gather)
 
 
+def _lru_store(capacity: int):
+    """An empty least-recently-used map of `capacity` entries (`triton_sam_features.LruStore`)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from triton_sam_features import LruStore
+
+    return LruStore(capacity)
+
+
 def _video_requests(model_dir: Path, params: dict):
     """The model's volume requests if its video graphs were exported, else None."""
     sys.path.insert(0, str(Path(__file__).parent))
@@ -360,8 +409,7 @@ class VideoRequests:
 
         self.graphs = VideoGraphs(directory, _ort_session)
         self.track_outputs = TRACK_OUTPUTS
-        self.capacity = max(1, capacity)
-        self.memories: OrderedDict = OrderedDict()
+        self.memories = _lru_store(capacity)
 
     def handles(self, request) -> bool:
         return any(pb_utils.get_input_tensor_by_name(request, name) is not None for name in (MASK, MASK_LOGITS, MEMORY_TPOS))
@@ -378,21 +426,16 @@ class VideoRequests:
             binarize = bool(_required(request, BINARIZE).reshape(-1)[0] > 0.5)
             memory = self.graphs.remember(features, logits, score, binarize)
             digest = hashlib.blake2b(memory.tobytes(), digest_size=16).hexdigest()
-            self.memories[digest] = memory
-            self.memories.move_to_end(digest)
-            while len(self.memories) > self.capacity:
-                self.memories.popitem(last=False)
+            self.memories.put(digest, memory)
             return _response([MEMORY_HANDLE], [np.array([[digest.encode()]], dtype=np.object_)])
         return self._track(request, features)
 
     def _track(self, request, features: dict) -> "pb_utils.InferenceResponse":
         handles = [_text(h) for h in _required(request, MEMORY_HANDLES).reshape(-1)]
         try:
-            memories = [self.memories[h] for h in handles]
+            memories = [self.memories.get(h) for h in handles]
         except KeyError as error:
             raise UnknownMemory(error.args[0]) from None
-        for handle in handles:
-            self.memories.move_to_end(handle)
         mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
         low = self.graphs.low_res
         prompts = {
@@ -489,6 +532,12 @@ def _required(request, name: str) -> np.ndarray:
     if tensor is None:
         raise ValueError(f"this request needs input '{name}'")
     return tensor.as_numpy()
+
+
+def _flag(request, name: str) -> bool:
+    """Whether the request sends input `name` set (any of its values true)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return tensor is not None and bool(tensor.as_numpy().any())
 
 
 def _text(value) -> str:

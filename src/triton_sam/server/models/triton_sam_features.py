@@ -1,5 +1,6 @@
 """Where the session model (`python_model.py`, written as `model.py`) keeps image features:
-numpy arrays, or one ONNX Runtime buffer per feature map with a slot per image (on a GPU).
+numpy arrays, or one ONNX Runtime buffer per feature map with a slot per image (on a GPU); and
+the least-recently-used map they share with the mask logits it keeps for refinement.
 Written next to `model.py`; numpy and onnxruntime only.
 """
 
@@ -9,34 +10,42 @@ import numpy as np
 import onnxruntime as ort
 
 
-class FeatureStore:
-    """Least-recently-used map of handle -> one image's encoder outputs as numpy arrays."""
+class LruStore:
+    """Least-recently-used map of at most `capacity` entries by key."""
 
-    def __init__(self, capacity: int, names: list) -> None:
+    def __init__(self, capacity: int) -> None:
         self.capacity = max(1, capacity)
-        self.names = names
         self._items: OrderedDict = OrderedDict()
 
-    def __contains__(self, handle: str) -> bool:
-        return handle in self._items
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
 
-    def get(self, handle: str):
-        """The entry of `handle`, now the most recently used; KeyError if it is not kept."""
-        self._items.move_to_end(handle)
-        return self._items[handle]
+    def get(self, key: str):
+        """The entry of `key`, now the most recently used; KeyError if it is not kept."""
+        self._items.move_to_end(key)
+        return self._items[key]
 
-    def _put(self, handle: str, entry) -> None:
-        self._items[handle] = entry
-        self._items.move_to_end(handle)
+    def put(self, key: str, entry) -> None:
+        """Keep `entry` under `key`, evicting the least recently used beyond the capacity."""
+        self._items[key] = entry
+        self._items.move_to_end(key)
         while len(self._items) > self.capacity:
             self._evicted(self._items.popitem(last=False)[1])
 
     def _evicted(self, entry) -> None:
         pass
 
+
+class FeatureStore(LruStore):
+    """handle -> one image's encoder outputs as numpy arrays."""
+
+    def __init__(self, capacity: int, names: list) -> None:
+        super().__init__(capacity)
+        self.names = names
+
     def encode(self, handle: str, feeds: dict, encoder) -> None:
         """Run `encoder` on `feeds` (one image) and keep its outputs under `handle`."""
-        self._put(handle, dict(zip(self.names, encoder.run(self.names, feeds))))
+        self.put(handle, dict(zip(self.names, encoder.run(self.names, feeds))))
 
     def host(self, entry) -> dict:
         """One entry's features as numpy arrays [1, C, H, W] by name."""
@@ -85,7 +94,7 @@ class BufferFeatureStore(FeatureStore):
         except Exception:
             self.free.append(slot)
             raise
-        self._put(handle, slot)
+        self.put(handle, slot)
 
     def host(self, slot: int) -> dict:
         return {name: value.numpy() for name, value in zip(self.names, self._gathered([slot]))}
