@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from triton_sam.errors import ModelNotFoundError
@@ -51,3 +52,35 @@ def test_input_size_follows_the_family(model_id, image_hw, input_hw):
 def test_unknown_model_lists_the_known_ones():
     with pytest.raises(ModelNotFoundError, match="sam2.1_hiera_tiny"):
         get_model("sam9")
+
+
+def test_low_res_logits_are_clamped_as_each_familys_official_predictor_clamps_them():
+    """What `Predictor` returns and a refinement sends back: SAM2ImagePredictor and SAM3's image
+    predictor clamp their low-res logits to +-32, SAM1's and MobileSAM's SamPredictor do not."""
+    pytest.importorskip("sam2")
+    import inspect
+    import re
+
+    from mobile_sam.predictor import SamPredictor as MobileSamPredictor
+    from sam2.sam2_image_predictor import SAM2ImagePredictor
+    from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
+    from segment_anything.predictor import SamPredictor
+
+    def official_clamp(*methods) -> float | None:
+        sources = "".join(inspect.getsource(method) for method in methods)
+        found = {float(bound) for bound in re.findall(r"clamp\(low_res_masks, -([\d.]+), ", sources)}
+        assert len(found) <= 1
+        return found.pop() if found else None
+
+    official = {
+        "sam2": official_clamp(SAM2ImagePredictor._predict),
+        "sam3": official_clamp(SAM3InteractiveImagePredictor._predict),
+        "sam1": official_clamp(SamPredictor.predict, SamPredictor.predict_torch),
+        "mobile_sam": official_clamp(MobileSamPredictor.predict, MobileSamPredictor.predict_torch),
+    }
+    assert official["sam2"] == 32.0
+    logits = np.linspace(-100, 100, 256 * 256, dtype=np.float32).reshape(1, 256, 256)
+    for spec in MODELS.values():
+        assert spec.low_res_clamp == official[spec.family], spec.model_id
+        clamp = spec.low_res_clamp or np.inf
+        np.testing.assert_array_equal(spec.as_mask_input(logits), np.clip(logits, -clamp, clamp))

@@ -169,6 +169,33 @@ def test_a_click_whose_decode_failed_is_decoded_again_at_the_next_move(session, 
     assert committed is not None and committed.mask[150, 300] and not committed.mask[80, 80]
 
 
+def test_a_second_click_refines_the_first_clicks_mask_as_the_predictor_does(session, synthetic_repository):
+    """The second click's decode gets the first's chosen logits as its mask input, clamped as
+    `SAM2ImagePredictor` returns them for refinement; through Triton they are named by key, not
+    sent again."""
+    session.add_point(300, 150)
+    first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    session.add_point(80, 80)  # the other disk: there the first mask's logits are far below -32
+    # The object shows its first mask until the second click's decode replaces it.
+    second = session.previews.wait_for(
+        lambda p: p is not None and p.candidate is not None and not np.array_equal(p.low_res, first.low_res)
+    )
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(IMAGE)
+        _, _, logits = predictor.predict(point_coords=[[300, 150]], point_labels=[1])
+        np.testing.assert_array_equal(logits[first.candidate], TINY.as_mask_input(first.low_res))
+        assert np.abs(first.low_res).max() > 32  # the clamp matters here
+        points = {"point_coords": [[300, 150], [80, 80]], "point_labels": [1, 1]}
+        expected, scores, expected_logits = predictor.predict(**points, mask_input=logits[first.candidate][None])
+        unrefined, _, _ = predictor.predict(**points)
+    np.testing.assert_array_equal(second.mask, expected[second.candidate])
+    np.testing.assert_array_equal(TINY.as_mask_input(second.low_res), expected_logits[second.candidate])
+    assert second.score == pytest.approx(float(scores.max()))
+    assert not np.array_equal(expected, unrefined)  # the mask input made a difference
+    if hasattr(session.engine, "kept_logits"):
+        assert session.engine.kept_logits.keys(logits[first.candidate][None, None]) is not None
+
+
 def test_cycle_candidates_undo_and_discard(session):
     session.add_point(80, 80)
     first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)

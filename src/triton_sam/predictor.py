@@ -12,8 +12,6 @@ from .image import ContrastLimits, encoder_input
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
 
-LOW_RES_CLAMP = 32.0
-
 
 def decode_masks(
     engine: Engine,
@@ -25,12 +23,12 @@ def decode_masks(
     mask_threshold: float,
     cancel: CancelToken | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decode `request`: masks (or logits) at `image_hw`, scores, low-res logits clamped as the
-    official predictor returns them; all with the batch axis."""
+    """Decode `request`: masks (or logits) at `image_hw`, scores, low-res logits as the official
+    predictor returns them (`ModelSpec.as_mask_input`); all with the batch axis."""
     result = engine.decode(features, request, multimask_output, cancel)
     resize = engine.resizer.logits if return_logits else engine.resizer.masks
     masks = resize(result.low_res_logits, image_hw, mask_threshold)
-    return masks, result.scores, np.clip(result.low_res_logits, -LOW_RES_CLAMP, LOW_RES_CLAMP)
+    return masks, result.scores, engine.spec.as_mask_input(result.low_res_logits)
 
 
 class EngineOwner:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import ModelNotFoundError
 
 # How an image becomes the encoder's input.
@@ -37,6 +39,9 @@ class ModelSpec:
     resize: str = STRETCH
     prompt_format: str = SAM2_PROMPTS
     fill_hole_area: int = 0  # holes of at most this many low-res pixels are filled, as the official predictor does
+    # The official predictor clamps the low-res logits it returns (and users send back as a mask
+    # input) to +-this (SAM2, SAM3); None: as they are (SAM1's SamPredictor).
+    low_res_clamp: float | None = 32.0
 
     def input_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of the image the network sees, resized from an image of `image_hw` (prompts are
@@ -46,6 +51,12 @@ class ModelSpec:
         height, width = image_hw
         scale = self.input_size / max(height, width)
         return int(height * scale + 0.5), int(width * scale + 0.5)  # rounded as SAM1's ResizeLongestSide
+
+    def as_mask_input(self, low_res: np.ndarray) -> np.ndarray:
+        """Low-res logits as the official predictor returns them for a next round's mask input."""
+        if self.low_res_clamp is None:
+            return low_res
+        return np.clip(low_res, -self.low_res_clamp, self.low_res_clamp)
 
     @property
     def max_sent_side(self) -> int:
@@ -117,6 +128,7 @@ def _sam1(model_id: str, family: str, builder: str, url: str, sha256: str) -> Mo
         feature_shapes={"image_embed": (256, 64, 64)},
         resize=LONGEST_SIDE,
         prompt_format=SAM1_PROMPTS,
+        low_res_clamp=None,
     )
 
 

@@ -567,7 +567,9 @@ class InteractiveSession:
         version = obj.version
         tile = self._tile_for(plane, obj.request_kwargs())
         chained = obj.low_res is not None and obj.decoded_version == version - 1 and obj.tile == tile
-        kwargs = {**obj.request_kwargs(), "mask_input": obj.low_res[obj.chosen][None] if chained else None}
+        # The previous round's logits as the official predictor hands them back for refinement.
+        previous = self.spec.as_mask_input(obj.low_res[obj.chosen][None]) if chained else None
+        kwargs = {**obj.request_kwargs(), "mask_input": previous}
         obj.pending += 1
 
         def run(token: CancelToken) -> Preview:

@@ -188,7 +188,8 @@ def test_a_refinement_names_the_logits_the_server_kept_and_gets_the_local_masks(
         two_points = {"point_coords": np.array([[100, 100], [130, 110]], np.float32), "point_labels": np.array([1, 1])}
         sent = {}
         for candidate in range(3):
-            refine = model_request(TINY, size, **two_points, mask_input=first.low_res_logits[0, candidate : candidate + 1])
+            previous = TINY.as_mask_input(first.low_res_logits[0, candidate : candidate + 1])  # as `Predictor` returns it
+            refine = model_request(TINY, size, **two_points, mask_input=previous)
             expected = local.decode(features[local], refine)
             for engine in (remote, other):
                 before = proxy.counts()[0]
@@ -406,7 +407,7 @@ def test_logits_the_server_no_longer_keeps_are_sent_without_the_caller_noticing(
     features = {engine: engine.encode(image) for engine in (first, second, fresh)}
     logits = first.decode(features[first], model_request(TINY, size, **_one_point())).low_res_logits
     second.decode(features[second], model_request(TINY, size, **_one_point(300, 200)))  # its 3 masks evict the first's
-    refine = model_request(TINY, size, **_one_point(110, 100), mask_input=logits[0, :1])
+    refine = model_request(TINY, size, **_one_point(110, 100), mask_input=TINY.as_mask_input(logits[0, :1]))
     before = _stats(url, TINY.session_name)
     result = first.decode(features[first], refine)
     after = _stats(url, TINY.session_name)

@@ -93,6 +93,7 @@ def _session_model(python_model, repository, buffers: str, cache_size: int = 16,
         "decoder_model": TINY.decoder_name,
         "cache_size": str(cache_size),
         "logits_cache_size": str(logits_cache_size),
+        "mask_input_clamp": str(TINY.low_res_clamp),
         "feature_buffers": buffers,
     }
     return python_model.SessionModel(repository, params, _NoCounts(), repository / TINY.session_name / "1")
@@ -336,14 +337,15 @@ def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_mo
 
 
 def test_a_refinement_may_name_kept_logits_instead_of_sending_them(python_model, synthetic_repository):
-    """A decode with `keep_logits` keeps each mask's logits under its signature; a refinement
-    naming them (`mask_input_key`) gets exactly what sending them gets. Decodes without the flag
+    """A decode with `keep_logits` keeps each mask's logits, clamped as the official predictor
+    hands them back, under its signature; a refinement naming them (`mask_input_key`) gets
+    exactly what sending them gets. Decodes without the flag
     keep nothing; the store keeps the newest `logits_cache_size`; an evicted key, or a key and
     logits both, are refused and keep nothing."""
     model = _session_model(python_model, synthetic_repository, "off", logits_cache_size=4)
     handle = _encode(model, _images()[1])
     keep = {contract.KEEP_LOGITS: np.ones((1, 1), bool)}
-    first = _decode(model, [handle], [[[300.0, 240.0]]], **keep).outputs[contract.MULTI_MASKS]
+    first = TINY.as_mask_input(_decode(model, [handle], [[[300.0, 240.0]]], **keep).outputs[contract.MULTI_MASKS])
     keys = [logits_signature(logits) for logits in first[0]]
     refine = [[[300.0, 240.0], [320.0, 250.0]]]
     for candidate, key in enumerate(keys):
@@ -353,7 +355,7 @@ def test_a_refinement_may_name_kept_logits_instead_of_sending_them(python_model,
         assert set(named.outputs) == set(contract.DECODER_OUTPUTS)
         for name, array in sent.outputs.items():
             np.testing.assert_array_equal(named.outputs[name], array)
-    unkept = _decode(model, [handle], [[[600.0, 100.0]]]).outputs[contract.SINGLE_MASK]
+    unkept = TINY.as_mask_input(_decode(model, [handle], [[[600.0, 100.0]]]).outputs[contract.SINGLE_MASK])
     unkept_key = np.array([[logits_signature(unkept[0, 0]).encode()]], dtype=np.object_)
     assert _decode(model, [handle], refine, mask_input_key=unkept_key).error.code == _Error.NOT_FOUND
     _decode(model, [handle], [[[600.0, 100.0]]], (contract.SINGLE_MASK,), **keep)  # the fourth kept: all still there

@@ -20,7 +20,7 @@ from ..errors import DecodeCancelled, InvalidInputError
 from ..features import FeatureCache
 from ..image import ContrastLimits, encoder_input
 from ..masks import remove_holes_and_specks
-from ..predictor import LOW_RES_CLAMP, EngineOwner
+from ..predictor import EngineOwner
 from ..prompts import model_request
 from ..registry import DEFAULT_MODEL, get_model
 from .geometry import box_area, crop_boxes, layer_point_grids, near_crop_edge
@@ -209,7 +209,7 @@ class AutomaticMaskGenerator(EngineOwner):
     def _refine(self, features, points, low_res, crop_hw, cancel) -> tuple[np.ndarray, np.ndarray]:
         """`use_m2m`: decode each mask again with its point and its own low-res logits as mask prompt."""
         refined, scores = [], []
-        prompts = np.clip(low_res, -LOW_RES_CLAMP, LOW_RES_CLAMP)[:, None]
+        prompts = self.spec.as_mask_input(low_res)[:, None]
         for start in range(0, len(points), self.points_per_batch):
             part = slice(start, start + self.points_per_batch)
             masks, ious = self._decode(features, points[part, None, :], crop_hw, prompts[part], False, cancel)

@@ -41,12 +41,13 @@ def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
 
 def _refinement(engine: Engine, features: ImageFeatures, spec: ModelSpec, i: int) -> tuple[DecodeRequest, DecodeRequest]:
     """A click's decode (one point, three masks) and, for its answer, a second click's: two points
-    and the best of the first's logits as the mask input, as the session refines an object."""
+    and the best of the first's logits as the mask input (as `Predictor` returns them), as the
+    session refines an object."""
     size = spec.input_size
     point = [size * 0.4 + i % 50, size * 0.45]
     click = model_request(spec, (size, size), point_coords=[point], point_labels=[1])
     first = engine.decode(features, click)
-    best = first.low_res_logits[0, int(np.argmax(first.scores[0]))]
+    best = spec.as_mask_input(first.low_res_logits[0, int(np.argmax(first.scores[0]))])
     second = [point[0] + 30, point[1] + 10]
     return model_request(spec, (size, size), point_coords=[point, second], point_labels=[1, 1], mask_input=best[None])
 

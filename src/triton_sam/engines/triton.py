@@ -71,17 +71,19 @@ def logits_signature(logits: np.ndarray) -> str:
 
 
 class KeptLogits:
-    """Signatures of the mask logits the server keeps for this client, as far as it knows: the
-    newest `capacity` (the server's own bound; other clients may make it evict sooner)."""
+    """Signatures of the mask logits the server keeps for this client as mask inputs (clamped as
+    `spec.as_mask_input` does), as far as it knows: the newest `capacity` (the server's own
+    bound; other clients may make it evict sooner)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, spec: ModelSpec, capacity: int) -> None:
+        self.spec = spec
         self.capacity = max(1, capacity)
         self._keys: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, masks: np.ndarray) -> None:
-        """Note the logits of `masks` ([..., S, S]) as kept."""
-        keys = [logits_signature(logits) for logits in masks.reshape(-1, *masks.shape[-2:])]
+        """Note the logits of `masks` ([..., S, S], as decoded) as kept."""
+        keys = [logits_signature(logits) for logits in self.spec.as_mask_input(masks).reshape(-1, *masks.shape[-2:])]
         with self._lock:
             for key in keys:
                 self._keys[key] = None
@@ -254,7 +256,7 @@ class TritonEngine(Engine):
         inputs = {tensor.get("name") for tensor in config.get("input", [])}
         self.crops = contract.CROP_THRESHOLD in inputs
         kept = contract.MASK_INPUT_KEY in inputs
-        self.kept_logits = KeptLogits(int(_parameter(config, "logits_cache_size") or 1)) if kept else None
+        self.kept_logits = KeptLogits(spec, int(_parameter(config, "logits_cache_size") or 1)) if kept else None
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"

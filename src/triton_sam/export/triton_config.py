@@ -215,6 +215,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
         decoder_model=spec.decoder_name,
         cache_size=str(cache_size),
         logits_cache_size=str(SESSION_LOGITS_CACHE_SIZE),
+        mask_input_clamp="" if spec.low_res_clamp is None else str(spec.low_res_clamp),
         **video,
     )
     return (

@@ -16,7 +16,7 @@ from ..errors import InvalidInputError
 from ..features import FeatureCache
 from ..image import ContrastLimits, encoder_input
 from ..masks import fill_holes
-from ..predictor import LOW_RES_CLAMP, EngineOwner
+from ..predictor import EngineOwner
 from ..prompts import DecodeRequest, model_request
 from ..registry import DEFAULT_MODEL, get_model
 from ..server.models.triton_sam_video import PADDING
@@ -163,7 +163,7 @@ class VolumePredictor(EngineOwner):
         track.masks.pop(frame_idx, None)
         is_init_cond, reverse, is_cond = self._prompt_kind(track, frame_idx)
         previous = track.latest(frame_idx, is_cond)
-        prev_logits = None if previous is None else np.clip(previous.pred_masks, -LOW_RES_CLAMP, LOW_RES_CLAMP)
+        prev_logits = None if previous is None else self.spec.as_mask_input(previous.pred_masks)
         out = self._track_plane(state, track, frame_idx, is_init_cond, reverse, (coords, point_labels), prev_logits)
         track.temp(is_cond)[frame_idx] = out
         return frame_idx, list(state.obj_ids), self._plane_masks(state, frame_idx, is_cond)

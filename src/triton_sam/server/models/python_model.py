@@ -8,8 +8,9 @@ gets mask logits back under the decoder's output names; with `crop_threshold` it
 the samples above that threshold (a hover preview's, sent often over a user's network). Features live in a bounded LRU in this
 process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
 and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry. A decode with
-`keep_logits` keeps the mask logits it answers (another LRU) under the signature of their bytes,
-so that a refinement may send `mask_input_key` (those signatures) instead of `mask_input`
+`keep_logits` keeps the mask logits it answers (another LRU; clamped to +-`mask_input_clamp` where
+the config gives one, as the official predictor hands them back) under the signature of their
+bytes, so that a refinement may send `mask_input_key` (those signatures) instead of `mask_input`
 (262 KB a prompt set); an unknown key fails with NOT_FOUND and `UNKNOWN_MASK_INPUT`, and
 clients send the logits themselves.
 
@@ -242,6 +243,7 @@ class SessionModel:
         self.batch_decodes = on_gpu
         self.cache = _feature_store(self.encoder, self.decoder, params, on_gpu, model_dir)
         self.kept_logits = _lru_store(int(params.get("logits_cache_size", "256")))
+        self.mask_input_clamp = float(params["mask_input_clamp"]) if params.get("mask_input_clamp") else None
         self.video = _video_requests(model_dir, params)
 
     def run(self, requests) -> list:
@@ -332,8 +334,10 @@ class SessionModel:
             raise UnknownMaskInput(error.args[0]) from None
 
     def _keep(self, arrays: dict) -> None:
-        """Keep every mask's logits among the decoder's `arrays` under its signature."""
+        """Keep every mask's logits among the decoder's `arrays` as a mask input, under its signature."""
         for masks in (arrays[name] for name in (MULTI_MASKS, SINGLE_MASK) if name in arrays):
+            if self.mask_input_clamp is not None:
+                masks = np.clip(masks, -self.mask_input_clamp, self.mask_input_clamp)
             for logits in masks.reshape(-1, *masks.shape[-2:]):
                 self.kept_logits.put(logits_signature(logits), logits.copy())
 
