@@ -69,6 +69,10 @@ KEEP_LOGITS = "keep_logits"  # bool [B, 1]
 MASK_INPUT_KEY = "mask_input_key"  # bytes [B, 1]
 UNKNOWN_MASK_INPUT = "UNKNOWN_MASK_INPUT"
 
+# Session model, a single-mask decode that asks for the best multimask candidate instead
+# (`DecodeRequest.best_of_multimask`): SINGLE_MASK, SINGLE_SCORE and the crop are that candidate's.
+BEST_OF_MULTIMASK = "best_of_multimask"  # bool [B, 1]
+
 # Session model, SAM2.1 volumes (`video.TritonVideo`; memories stay on the server behind handles).
 # track: HANDLE, MEMORY_HANDLES [B, T], MEMORY_TPOS int64 [B, T], OBJ_PTRS [B, P, C], OBJ_PTR_TPOS
 # [B, P] and the prompts -> the decoder's outputs and OBJ_PTR. remember: HANDLE, MASK_LOGITS

@@ -26,6 +26,11 @@ class DecodeRequest:
     # Set when the caller uses the single-mask logits only as masks (logits > logits_above): an
     # engine may then return any value at or below it away from the object (a server sends less).
     logits_above: float | None = None
+    # With multimask_output=False: the best of the three multimask candidates (highest predicted
+    # IoU) instead of the single-mask output. SAM's interactive tools show that for one click
+    # (SAM2Base's multimask for one point, SAM1's ONNX `select_masks`): a hover preview asks for it
+    # so that it shows what the click will give.
+    best_of_multimask: bool = False
 
     @property
     def batch_size(self) -> int:
@@ -108,10 +113,11 @@ def build_request(
     low_res_size: int = 256,
     prompt_format: str = SAM2_PROMPTS,
     logits_above: float | None = None,
+    best_of_multimask: bool = False,
 ) -> DecodeRequest:
     """Validate prompts for an image of `image_size` (H, W) and scale them to the model input of
     `input_hw` (H, W; see `ModelSpec.input_hw`), in the order `prompt_format` wants.
-    `logits_above`: see `DecodeRequest`."""
+    `logits_above`, `best_of_multimask`: see `DecodeRequest`."""
     height, width = image_size
     points = _points(point_coords, point_labels)
     boxes = _boxes(box)
@@ -145,6 +151,7 @@ def build_request(
         point_labels=np.ascontiguousarray(labels),
         mask_input=_mask_input(mask_input, batch, low_res_size),
         logits_above=logits_above,
+        best_of_multimask=best_of_multimask,
     )
 
 

@@ -236,6 +236,47 @@ def test_each_served_model_through_triton_matches_the_local_engine(model_id, mod
             np.testing.assert_allclose(low, ref_low, atol=1e-3)
 
 
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max((a | b).sum(), 1))
+
+
+@pytest.mark.parametrize("model_id", SERVED_MODELS)
+def test_a_best_of_multimask_decode_answers_the_best_candidate_locally_and_through_triton(
+    model_id, models_server, exported_repository
+):
+    """A hover preview's decode: one mask, the multimask candidate with the highest predicted IoU
+    (the one a click chooses) instead of the single-mask output; through Triton also cut to the
+    object. SAM1's single mask is its first token, never one of the three, so there the two
+    differ at every point; SAM2.1's falls back to the best candidate when its own is unstable,
+    as with random weights."""
+    spec = get_model(model_id)
+    local = create_engine(spec, "local", exported_repository(model_id))
+    remote = TritonEngine(spec, TritonConnection(models_server.grpc_url))
+    try:
+        image = np.random.default_rng(1).integers(0, 255, (480, 640, 3), np.uint8)
+        model_input, size = encoder_input(image, spec), image.shape[:2]
+        features = {local: local.encode(model_input), remote: remote.encode(model_input)}
+        differs = 0
+        for x, y in ((320, 240), (100, 400), (600, 50)):
+            request = model_request(spec, size, **_one_point(x, y))
+            multi = local.decode(features[local], request)
+            best = int(np.argmax(multi.scores[0]))
+            expected = local.resizer.masks(multi.low_res_logits[0, best : best + 1], size)[0]
+            single = local.decode(features[local], request, multimask_output=False)
+            differs += not np.array_equal(single.low_res_logits[0, 0], multi.low_res_logits[0, best])
+            for engine in (local, remote):
+                for above in (None, 0.0):
+                    ours = engine.decode(features[engine], replace(request, best_of_multimask=True, logits_above=above), False)
+                    assert ours.low_res_logits.shape == (1, 1, spec.low_res_size, spec.low_res_size)
+                    np.testing.assert_allclose(ours.scores[0, 0], multi.scores[0, best], atol=1e-4)
+                    mask = local.resizer.masks(ours.low_res_logits[0], size)[0]
+                    assert _iou(mask, expected) >= (1.0 if engine is local else 0.999)
+    finally:
+        local.close()
+        remote.close()
+    assert differs == (0 if spec.family == "sam2" else 3)
+
+
 @pytest.fixture(scope="module")
 def sam2_batching_server(sam2_tiny_repository):
     """The SAM2 session model behind Triton's dynamic batcher, as deployed on a GPU."""

@@ -77,11 +77,12 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
         contract.CROP_THRESHOLD,
         contract.KEEP_LOGITS,
         contract.MASK_INPUT_KEY,
+        contract.BEST_OF_MULTIMASK,
     }
     assert all(i.optional for i in inputs.values())
     assert inputs[contract.HANDLE].data_type == model_config_pb2.TYPE_STRING
     assert inputs[contract.MASK_INPUT_KEY].data_type == model_config_pb2.TYPE_STRING
-    assert inputs[contract.KEEP_LOGITS].data_type == model_config_pb2.TYPE_BOOL
+    assert inputs[contract.KEEP_LOGITS].data_type == inputs[contract.BEST_OF_MULTIMASK].data_type == model_config_pb2.TYPE_BOOL
     outputs = {o.name: o for o in config.output}
     assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, contract.SINGLE_MASK_CROP, contract.CROP_BOX}
     assert list(outputs[contract.SINGLE_MASK_CROP].dims) == [1, -1, -1] and list(outputs[contract.CROP_BOX].dims) == [4]

@@ -109,6 +109,9 @@ def test_the_python_model_shares_the_clients_constants_and_content_hash(python_m
     assert python_model.GATHER_FILE == GATHER_FILE
     assert (python_model.KEEP_LOGITS, python_model.MASK_INPUT_KEY) == (contract.KEEP_LOGITS, contract.MASK_INPUT_KEY)
     assert (python_model.MASK_INPUT, python_model.UNKNOWN_MASK_INPUT) == (contract.MASK_INPUT, contract.UNKNOWN_MASK_INPUT)
+    assert python_model.BEST_OF_MULTIMASK == contract.BEST_OF_MULTIMASK
+    assert (python_model.MULTI_MASKS, python_model.MULTI_SCORES) == (contract.MULTI_MASKS, contract.MULTI_SCORES)
+    assert (python_model.SINGLE_MASK, python_model.SINGLE_SCORE) == (contract.SINGLE_MASK, contract.SINGLE_SCORE)
     image = encoder_input(disk_image(30, 40, [(10, 10, 5)]), TINY)
     assert python_model.content_signature(image, TINY.model_id) == content_signature(image, TINY.model_id)
     logits = np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)

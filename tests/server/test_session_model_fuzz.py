@@ -44,8 +44,9 @@ def malformed_requests(draw):
     if draw(st.booleans()):  # logits by key: unknown, empty, or one too many
         key = draw(st.sampled_from([b"0" * 32, b""]))
         inputs[contract.MASK_INPUT_KEY] = np.array([[key]] * draw(st.sampled_from([batch, batch + 1])), dtype=np.object_)
-    if draw(st.booleans()):
-        inputs[contract.KEEP_LOGITS] = np.array([[draw(st.booleans())]] * batch, np.bool_)
+    for flag in (contract.KEEP_LOGITS, contract.BEST_OF_MULTIMASK):
+        if draw(st.booleans()):
+            inputs[flag] = np.array([[draw(st.booleans())]] * batch, np.bool_)
     if draw(st.booleans()):
         del inputs[draw(st.sampled_from([contract.POINT_COORDS, contract.POINT_LABELS]))]
     return inputs

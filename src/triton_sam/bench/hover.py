@@ -59,8 +59,9 @@ def _ours(engine: Engine, image: np.ndarray, trace) -> dict:
 
 def _preview(engine: Engine, features: ImageFeatures, size: tuple[int, int], x: float, y: float) -> None:
     """One hover decode without a session: the cursor as the only point, the mask at full size as
-    shown; a mask only (`logits_above`), as the session asks for it."""
-    request = model_request(engine.spec, size, point_coords=[[x, y]], point_labels=[1], logits_above=0.0)
+    shown; the best candidate's mask only (`logits_above`, `best_of_multimask`), as the session asks for it."""
+    point = {"point_coords": [[x, y]], "point_labels": [1]}
+    request = model_request(engine.spec, size, **point, logits_above=0.0, best_of_multimask=True)
     result = engine.decode(features, request, multimask_output=False)
     engine.resizer.masks(result.low_res_logits[0], size)
 

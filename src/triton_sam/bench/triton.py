@@ -33,10 +33,11 @@ def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[n
 
 
 def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
-    """A hover preview's decode as the session asks for it: one point, a mask only (`logits_above`)."""
+    """A hover preview's decode as the session asks for it: one point, the best candidate's mask
+    only (`logits_above`, `best_of_multimask`)."""
     size = spec.input_size
-    point = np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32)
-    return model_request(spec, (size, size), point_coords=point, point_labels=np.array([1]), logits_above=0.0)
+    point = {"point_coords": np.array([[size * 0.4 + i % 50, size * 0.45]], np.float32), "point_labels": np.array([1])}
+    return model_request(spec, (size, size), **point, logits_above=0.0, best_of_multimask=True)
 
 
 def _refinement(engine: Engine, features: ImageFeatures, spec: ModelSpec, i: int) -> tuple[DecodeRequest, DecodeRequest]:

@@ -54,6 +54,14 @@ class DecodeResult:
     object_score_logits: np.ndarray  # float32 [B, 1]
 
 
+def best_candidates(result: DecodeResult) -> DecodeResult:
+    """Each prompt set's candidate with the highest predicted IoU (the first of equals, as
+    `torch.argmax`), as a one-mask result (`DecodeRequest.best_of_multimask`)."""
+    rows, best = np.arange(len(result.scores)), np.argmax(result.scores, axis=1)
+    masks, scores = result.low_res_logits[rows, best][:, None], result.scores[rows, best][:, None]
+    return DecodeResult(masks, scores, result.object_score_logits)
+
+
 # When a running decode is superseded: cancel it at once (stopping is free, e.g. ONNX Runtime's
 # terminate), or only once it is overdue (stopping and resending costs more than finishing).
 CANCEL_ALWAYS = "always"

@@ -17,7 +17,7 @@ from ..errors import DecodeCancelled, ModelFileError
 from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
-from .base import CancelToken, DecodeResult, Engine, ImageFeatures
+from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
 from .providers import TENSORRT, device_of, provider_options, usable_providers
 
 
@@ -85,7 +85,8 @@ class LocalEngine(Engine):
         multimask_output: bool = True,
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
-        outputs = contract.decoder_output_names(multimask_output)
+        best = request.best_of_multimask and not multimask_output
+        outputs = contract.decoder_output_names(multimask_output or best)
         run_options = ort.RunOptions()
         if cancel is not None:
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
@@ -102,7 +103,8 @@ class LocalEngine(Engine):
             raise
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled")
-        return DecodeResult(masks, scores, object_scores)
+        result = DecodeResult(masks, scores, object_scores)
+        return best_candidates(result) if best else result
 
     def _decode_on_device(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
         """The decoder fed the features where they are; the prompts go in and the outputs come out."""

@@ -32,7 +32,7 @@ from .. import contract
 from ..errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import MODELS, ModelSpec
-from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
+from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
 from .connection import ENV_API_KEY, TritonConnection, default_timeout_s, default_url
 from .infer_request import MODEL_INFER_METHOD, model_infer_request
 
@@ -252,9 +252,11 @@ class TritonEngine(Engine):
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
         # Session models exported before crops answer masks-only decodes with the whole logits,
-        # and those before kept logits take no mask input by key.
+        # those before kept logits take no mask input by key, and those before best-of-multimask
+        # decodes send all three candidates to choose from.
         inputs = {tensor.get("name") for tensor in config.get("input", [])}
         self.crops = contract.CROP_THRESHOLD in inputs
+        self.chooses_best = contract.BEST_OF_MULTIMASK in inputs
         kept = contract.MASK_INPUT_KEY in inputs
         self.kept_logits = KeptLogits(spec, int(_parameter(config, "logits_cache_size") or 1)) if kept else None
 
@@ -322,6 +324,8 @@ class TritonEngine(Engine):
         dynamic batcher sees them together), and join the answers."""
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled before it was sent")
+        if request.best_of_multimask and not multimask_output and not self.chooses_best:
+            return best_candidates(self._decode(handle, request, True, cancel))
         cropped = self.crops and request.logits_above is not None and not multimask_output
         names = CROPPED_OUTPUTS if cropped else contract.decoder_output_names(multimask_output)
         # The logits of a single whole-logits decode may come back as the next one's mask input.
@@ -352,6 +356,8 @@ class TritonEngine(Engine):
             arrays[contract.MASK_INPUT_KEY] = keys
         if contract.SINGLE_MASK_CROP in names:
             arrays[contract.CROP_THRESHOLD] = np.full((request.batch_size, 1), request.logits_above, np.float32)
+        if request.best_of_multimask and contract.SINGLE_SCORE in names:
+            arrays[contract.BEST_OF_MULTIMASK] = np.ones((request.batch_size, 1), bool)
         if keep:
             arrays[contract.KEEP_LOGITS] = np.ones((request.batch_size, 1), bool)
         return arrays
@@ -459,6 +465,7 @@ def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
             point_labels=request.point_labels[start : start + size],
             mask_input=None if masks is None else masks[start : start + size],
             logits_above=request.logits_above,
+            best_of_multimask=request.best_of_multimask,
         )
         for start in range(0, request.batch_size, size)
     ]

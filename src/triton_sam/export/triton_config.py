@@ -182,6 +182,7 @@ def _session_decode_options() -> list[tuple[str, str, tuple[int, ...]]]:
         (contract.CROP_THRESHOLD, "TYPE_FP32", (1,)),
         (contract.KEEP_LOGITS, "TYPE_BOOL", (1,)),
         (contract.MASK_INPUT_KEY, "TYPE_STRING", (1,)),
+        (contract.BEST_OF_MULTIMASK, "TYPE_BOOL", (1,)),
     ]
 
 

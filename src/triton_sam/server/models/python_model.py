@@ -12,7 +12,9 @@ and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry. A dec
 the config gives one, as the official predictor hands them back) under the signature of their
 bytes, so that a refinement may send `mask_input_key` (those signatures) instead of `mask_input`
 (262 KB a prompt set); an unknown key fails with NOT_FOUND and `UNKNOWN_MASK_INPUT`, and
-clients send the logits themselves.
+clients send the logits themselves. With `best_of_multimask` a single-mask decode answers the
+multimask candidate with the highest predicted IoU instead (a hover preview shows what a click
+will give).
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
 `1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept) and `feature_buffers` ("auto": on a GPU the
@@ -54,6 +56,7 @@ GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
 SINGLE_MASK, MULTI_MASKS, MASK_INPUT = "single_mask", "masks", "mask_input"
 KEEP_LOGITS, MASK_INPUT_KEY, UNKNOWN_MASK_INPUT = "keep_logits", "mask_input_key", "UNKNOWN_MASK_INPUT"
+MULTI_SCORES, SINGLE_SCORE, BEST_OF_MULTIMASK = "iou_predictions", "single_iou", "best_of_multimask"
 CROP_THRESHOLD, SINGLE_MASK_CROP, CROP_BOX, CROP_MARGIN = "crop_threshold", "single_mask_crop", "crop_box", 2
 UNKNOWN_MEMORY = "UNKNOWN_MEMORY"
 VIDEO_DIR = "video"
@@ -214,14 +217,15 @@ class OnnxModel:
 
 
 class _Decode(NamedTuple):
-    """One decode request as read: its rows (cached features), prompts, crop thresholds (or None)
-    and whether to keep the mask logits it answers."""
+    """One decode request as read: its rows (cached features), prompts, crop thresholds (or None),
+    whether to keep the mask logits it answers and whether its single mask is the best candidate."""
 
     request: object
     rows: list
     prompts: dict
     crop: object
     keep: bool
+    best: bool
 
 
 class SessionModel:
@@ -266,15 +270,15 @@ class SessionModel:
             try:
                 rows, prompts = self._decode_inputs(request)
                 crop = _crop_threshold(request, len(rows))
-                keep = _flag(request, KEEP_LOGITS)
+                keep, best = _flag(request, KEEP_LOGITS), _flag(request, BEST_OF_MULTIMASK)
             except (UnknownHandle, ValueError, KeyError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = _failure(error)
                 continue
-            key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request, cropped=crop is not None)))
+            key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request, crop is not None, best)))
             if not self.batch_decodes:
                 key += (id(request),)
-            groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop, keep))
+            groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop, keep, best))
         for (_, wanted, *_), members in groups.items():
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
@@ -357,6 +361,8 @@ class SessionModel:
         responses, start = {}, 0
         for member in members:
             arrays = {name: o[start : start + len(member.rows)] for name, o in zip(wanted, outputs)}
+            if member.best:
+                arrays.update(_best_candidates(arrays[MULTI_MASKS], arrays[MULTI_SCORES]))
             if member.keep:
                 self._keep(arrays)
             if member.crop is not None:
@@ -460,14 +466,26 @@ class VideoRequests:
         return _response(list(self.track_outputs), outputs)
 
 
-def _decoder_outputs(request, cropped: bool) -> list:
-    """The decoder's outputs a decode request needs: those it asks for (all if none), and the
-    single mask where it is `cropped` (it sends a crop threshold and asks for the crop)."""
+def _decoder_outputs(request, cropped: bool, best: bool) -> list:
+    """The decoder's outputs a decode request needs: those it asks for (all if none), the single
+    mask where it is `cropped` (it sends a crop threshold and asks for the crop), and the
+    multimask candidates in place of the single mask where it wants the `best` of them."""
     requested = request.requested_output_names()
     wanted = [name for name in DECODE_OUTPUTS if name in requested]
     if cropped and SINGLE_MASK_CROP in requested and SINGLE_MASK not in wanted:
         wanted.append(SINGLE_MASK)
-    return wanted or list(DECODE_OUTPUTS)
+    wanted = wanted or list(DECODE_OUTPUTS)
+    if best:
+        wanted = [n for n in wanted if n not in (SINGLE_MASK, SINGLE_SCORE)]
+        wanted += [n for n in (MULTI_MASKS, MULTI_SCORES) if n not in wanted]
+    return wanted
+
+
+def _best_candidates(masks: np.ndarray, scores: np.ndarray) -> dict:
+    """Each row's multimask candidate with the highest predicted IoU (the first of equals), as its
+    single mask and score."""
+    rows, best = np.arange(len(scores)), np.argmax(scores, axis=1)
+    return {SINGLE_MASK: masks[rows, best][:, None], SINGLE_SCORE: scores[rows, best][:, None]}
 
 
 def _crop_threshold(request, batch: int):
