@@ -3,8 +3,9 @@
 Encoder: image brightness (any size, grey or RGB, resized to the input size as the real encoders
 do), average-pooled to each feature map's size. Decoder: for threshold t in
 (0.3, 0.5, 0.7) the mask logits are `20 * (brightness - t)`, lowered by `0.5 * (d - 160)` where d
-(in 1024-pixel model units) is the distance to the nearest positive point beyond 300, plus
-`mask_input` when given. Scores are fixed at (0.5, 0.9, 0.7), so the best mask is the middle one.
+(in 1024-pixel model units) is the distance to the nearest positive point beyond 300, plus a
+quarter of `mask_input` when given (a soft prior, as SAM's: a later click can still add a region
+that the previous round's clamped logits put at -32). Scores are fixed at (0.5, 0.9, 0.7), so the best mask is the middle one.
 So a click inside a bright disk returns that disk and not a distant one.
 """
 
@@ -107,7 +108,9 @@ def decoder_model(spec: ModelSpec) -> onnx.ModelProto:
         helper.make_node("Mul", ["bright", "k20"], ["b20"]),
         helper.make_node("Sub", ["b20", "falloff"], ["base0"]),
         helper.make_node("Unsqueeze", ["has_mask_input", "c23"], ["has4"]),
-        helper.make_node("Mul", ["mask_input", "has4"], ["prev"]),
+        _const("quarter", np.float32(0.25)),
+        helper.make_node("Mul", ["has4", "quarter"], ["weight"]),
+        helper.make_node("Mul", ["mask_input", "weight"], ["prev"]),
         helper.make_node("Add", ["base0", "prev"], ["base"]),
     ]
     for i, threshold in enumerate(THRESHOLDS):

@@ -53,7 +53,7 @@ def test_low_res_logits_are_clamped_and_refine_the_next_round(predictor):
     assert np.abs(low_res).max() <= 32.0
     strong = np.full((1, 256, 256), 30.0, np.float32)
     after, _, _ = predictor.predict(point_coords=[[300, 50]], point_labels=[1], mask_input=strong)
-    # The synthetic decoder adds mask_input to its logits: the mask can only grow.
+    # The synthetic decoder adds a quarter of mask_input to its logits: the mask can only grow.
     assert after[1].sum() > before[1].sum() and not (before[1] & ~after[1]).any()
 
 

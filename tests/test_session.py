@@ -72,6 +72,30 @@ def test_hover_preview_is_the_predictor_mask_for_that_point(session, synthetic_r
     assert preview.score == pytest.approx(float(scores[0]))
 
 
+def test_alone_the_cursor_previews_what_a_click_there_gives(exported_repository):
+    """With no prompts the preview is the multimask candidate a click chooses, not the single-mask
+    output (MobileSAM's is its first token: another mask); the click and its commit store it."""
+    spec = get_model("mobile_sam")
+    repository = exported_repository(spec.model_id)
+    image = np.random.default_rng(3).integers(0, 255, (H, W, 3), np.uint8)
+    previews = Previews()
+    session = InteractiveSession(create_engine(spec, "local", repository), previews)
+    try:
+        session.set_plane(("img", 0), image)
+        session.hover(200, 120)
+        hovered = previews.wait_for(lambda p: p is not None and p.point == (200, 120))
+        session.add_point(200, 120)
+        clicked = previews.wait_for(lambda p: p is not None and p.candidate is not None)
+        np.testing.assert_array_equal(clicked.mask, hovered.mask)
+        np.testing.assert_array_equal(session.commit().mask, hovered.mask)
+    finally:
+        session.close()
+    with Predictor(spec.model_id, model_repository=repository) as predictor:
+        predictor.set_image(image)
+        single, _, _ = predictor.predict(point_coords=[[200, 120]], point_labels=[1], multimask_output=False)
+    assert hovered.mask.any() and not np.array_equal(single[0], hovered.mask)
+
+
 def test_a_burst_of_moves_ends_with_the_last_position_and_sends_less(session, monkeypatch):
     decode = session.engine.decode
 
@@ -140,13 +164,30 @@ def test_with_prompts_the_cursor_is_a_hint_apart_and_commit_stores_what_the_prev
     shown = session.previews.wait_for(lambda p: p is not None and p.point == (300, 150))
     with Predictor(model_repository=synthetic_repository) as predictor:
         predictor.set_image(IMAGE)
-        both, _, _ = predictor.predict(point_coords=[[80, 80], [300, 150]], point_labels=[1, 1], multimask_output=False)
-    np.testing.assert_array_equal(shown.hint, both[0])  # the hint: the object with the cursor as a point too
+        _, _, logits = predictor.predict(point_coords=[[80, 80]], point_labels=[1])
+        both = {"point_coords": [[80, 80], [300, 150]], "point_labels": [1, 1]}
+        masks, scores, _ = predictor.predict(**both, mask_input=logits[clicked.candidate][None])
+    # The hint: the object with the cursor as a point too, refined from the object's mask as a click
+    # there would be.
+    np.testing.assert_array_equal(shown.hint, masks[np.argmax(scores)])
     assert shown.hint[150, 300] and shown.hint[80, 80]
     np.testing.assert_array_equal(shown.mask, clicked.mask)  # the object: the clicked one only
     committed = session.commit()
     np.testing.assert_array_equal(committed.mask, shown.mask)
     assert not committed.mask[150, 300] and committed.provenance["points"] == [[80.0, 80.0]]
+
+
+@pytest.mark.parametrize("cursor", [(300, 150), (100, 90)], ids=["other_disk", "same_disk"])
+def test_with_prompts_the_hint_is_what_a_click_at_the_cursor_gives(session, cursor):
+    session.add_point(80, 80)
+    first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    session.hover(*cursor)
+    hinted = session.previews.wait_for(lambda p: p is not None and p.point == cursor and p.hint is not None)
+    session.add_point(*cursor)
+    clicked = session.previews.wait_for(
+        lambda p: p is not None and p.point is None and p.candidate is not None and not np.array_equal(p.low_res, first.low_res)
+    )
+    np.testing.assert_array_equal(clicked.mask, hinted.hint)
 
 
 def test_a_click_whose_decode_failed_is_decoded_again_at_the_next_move(session, monkeypatch):

@@ -379,6 +379,8 @@ class InteractiveSession:
             with_prompts = not obj.empty
             tile = self._tile_for(plane, kwargs, encoded_only=True)
             unavailable = tile is None  # no tile holds it, or none that does is encoded yet
+            if with_prompts and not unavailable:  # decoded as a click here would be
+                kwargs["mask_input"] = self._previous_logits(obj, tile)
             self._waiting_hover = (x, y) if unavailable else None
             if unavailable:
                 self._last_hover = None  # the next move decodes, if its tile is ready by then
@@ -389,7 +391,8 @@ class InteractiveSession:
             return None
 
         def run(token: CancelToken) -> Preview | None:
-            low_res, scores = self._decode_low_res(plane, tile, kwargs, False, token, masks_only=True)
+            # As a click at the cursor would be: the candidate it will choose, refining the object's mask.
+            low_res, scores = self._decode_low_res(plane, tile, kwargs, False, token, masks_only=True, best=True)
             mask = self._image_masks(low_res, tile)[0]
             if not with_prompts:
                 return Preview(plane.key, mask, float(scores[0]), point=(x, y), offset=tile.offset, tile=tile, low_res=low_res[0])
@@ -563,13 +566,10 @@ class InteractiveSession:
     def _submit_prompt(self, t_event: float | None) -> int:
         """Queue a decode of the object's prompts as they are now (call with the lock held)."""
         plane, obj = self._plane, self.object
+        tile = self._tile_for(plane, obj.request_kwargs())
+        kwargs = {**obj.request_kwargs(), "mask_input": self._previous_logits(obj, tile)}
         obj.version += 1
         version = obj.version
-        tile = self._tile_for(plane, obj.request_kwargs())
-        chained = obj.low_res is not None and obj.decoded_version == version - 1 and obj.tile == tile
-        # The previous round's logits as the official predictor hands them back for refinement.
-        previous = self.spec.as_mask_input(obj.low_res[obj.chosen][None]) if chained else None
-        kwargs = {**obj.request_kwargs(), "mask_input": previous}
         obj.pending += 1
 
         def run(token: CancelToken) -> Preview:
@@ -588,6 +588,13 @@ class InteractiveSession:
                     self._lock.notify_all()
 
         return self._decoder.prompt(run, t_event)
+
+    def _previous_logits(self, obj: ObjectPrompts, tile: Tile | None) -> np.ndarray | None:
+        """The object's chosen logits as a next round's mask input, as the official predictor hands
+        them back for refinement; None unless its last decode is current and of `tile` (lock held)."""
+        if obj.low_res is None or obj.decoded_version != obj.version or obj.tile != tile:
+            return None
+        return self.spec.as_mask_input(obj.low_res[obj.chosen][None])
 
     def _choose(self, obj: ObjectPrompts, candidate: int) -> None:
         """Make `candidate` the object's mask (call with the lock held)."""
@@ -641,13 +648,23 @@ class InteractiveSession:
             tile_for_prompts(self._plane.tiles, prompt_corners(np.array(points, np.float64).reshape(-1, 2), box))
 
     def _decode_low_res(
-        self, plane: _Plane, tile: Tile, kwargs: dict, multimask: bool, token: CancelToken, masks_only: bool = False
+        self,
+        plane: _Plane,
+        tile: Tile,
+        kwargs: dict,
+        multimask: bool,
+        token: CancelToken,
+        masks_only: bool = False,
+        best: bool = False,
     ):
         """Low-res logits and scores of the first prompt set; `masks_only`: the logits will only
-        be thresholded (a hover's), so a server may send just the part around the object."""
+        be thresholded (a hover's), so a server may send just the part around the object; `best`:
+        one mask, the best of the three candidates (`DecodeRequest.best_of_multimask`)."""
         features = self._tile_features(plane, tile)
         logits_above = self.mask_threshold if masks_only else None
-        request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile), logits_above=logits_above)
+        request = model_request(
+            self.spec, tile.shape, **_in_tile(kwargs, tile), logits_above=logits_above, best_of_multimask=best
+        )
         result = self.engine.decode(features, request, multimask, token)
         return result.low_res_logits[0], result.scores[0]
 
