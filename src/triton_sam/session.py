@@ -392,7 +392,7 @@ class InteractiveSession:
 
         def run(token: CancelToken) -> Preview | None:
             # As a click at the cursor would be: the candidate it will choose, refining the object's mask.
-            low_res, scores = self._decode_low_res(plane, tile, kwargs, False, token, masks_only=True, best=True)
+            low_res, scores = self._decode_low_res(plane, tile, kwargs, token, preview=True)
             mask = self._image_masks(low_res, tile)[0]
             if not with_prompts:
                 return Preview(plane.key, mask, float(scores[0]), point=(x, y), offset=tile.offset, tile=tile, low_res=low_res[0])
@@ -566,15 +566,16 @@ class InteractiveSession:
     def _submit_prompt(self, t_event: float | None) -> int:
         """Queue a decode of the object's prompts as they are now (call with the lock held)."""
         plane, obj = self._plane, self.object
-        tile = self._tile_for(plane, obj.request_kwargs())
-        kwargs = {**obj.request_kwargs(), "mask_input": self._previous_logits(obj, tile)}
+        prompts = obj.request_kwargs()
+        tile = self._tile_for(plane, prompts)
+        kwargs = {**prompts, "mask_input": self._previous_logits(obj, tile)}
         obj.version += 1
         version = obj.version
         obj.pending += 1
 
         def run(token: CancelToken) -> Preview:
             try:
-                low_res, scores = self._decode_low_res(plane, tile, kwargs, True, token)
+                low_res, scores = self._decode_low_res(plane, tile, kwargs, token)
                 with self._lock:
                     if obj.version != version:  # a newer prompt will store its own result
                         return self._object_preview(plane, obj) if obj.mask is not None else None
@@ -647,25 +648,14 @@ class InteractiveSession:
         if self._plane is not None and self._plane.tiled:
             tile_for_prompts(self._plane.tiles, prompt_corners(np.array(points, np.float64).reshape(-1, 2), box))
 
-    def _decode_low_res(
-        self,
-        plane: _Plane,
-        tile: Tile,
-        kwargs: dict,
-        multimask: bool,
-        token: CancelToken,
-        masks_only: bool = False,
-        best: bool = False,
-    ):
-        """Low-res logits and scores of the first prompt set; `masks_only`: the logits will only
-        be thresholded (a hover's), so a server may send just the part around the object; `best`:
-        one mask, the best of the three candidates (`DecodeRequest.best_of_multimask`)."""
+    def _decode_low_res(self, plane: _Plane, tile: Tile, kwargs: dict, token: CancelToken, preview: bool = False):
+        """Low-res logits and scores of the first prompt set: a click's three candidates, or a hover
+        `preview`'s one mask, the candidate that click would choose (`best_of_multimask`), only
+        thresholded, so a server may send just the part around the object (`logits_above`)."""
         features = self._tile_features(plane, tile)
-        logits_above = self.mask_threshold if masks_only else None
-        request = model_request(
-            self.spec, tile.shape, **_in_tile(kwargs, tile), logits_above=logits_above, best_of_multimask=best
-        )
-        result = self.engine.decode(features, request, multimask, token)
+        options = {"logits_above": self.mask_threshold, "best_of_multimask": True} if preview else {}
+        request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile), **options)
+        result = self.engine.decode(features, request, not preview, token)
         return result.low_res_logits[0], result.scores[0]
 
     def _image_masks(self, low_res: np.ndarray, tile: Tile) -> np.ndarray:

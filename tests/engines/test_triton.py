@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image, write_repository
 from triton_sam import contract
+from triton_sam.bench.parity import mask_iou
 from triton_sam.bench.wire import CountingProxy, free_port
 from triton_sam.engines import CancelToken, TritonConnection, create_engine
 from triton_sam.engines.triton import SAFE_CANCEL_VERSION, TritonClient, TritonEngine, served_models
@@ -236,10 +237,6 @@ def test_each_served_model_through_triton_matches_the_local_engine(model_id, mod
             np.testing.assert_allclose(low, ref_low, atol=1e-3)
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    return float((a & b).sum() / max((a | b).sum(), 1))
-
-
 @pytest.mark.parametrize("model_id", SERVED_MODELS)
 def test_a_best_of_multimask_decode_answers_the_best_candidate_locally_and_through_triton(
     model_id, models_server, exported_repository
@@ -270,7 +267,7 @@ def test_a_best_of_multimask_decode_answers_the_best_candidate_locally_and_throu
                     assert ours.low_res_logits.shape == (1, 1, spec.low_res_size, spec.low_res_size)
                     np.testing.assert_allclose(ours.scores[0, 0], multi.scores[0, best], atol=1e-4)
                     mask = local.resizer.masks(ours.low_res_logits[0], size)[0]
-                    assert _iou(mask, expected) >= (1.0 if engine is local else 0.999)
+                    assert mask_iou(mask, expected) >= (1.0 if engine is local else 0.999)
     finally:
         local.close()
         remote.close()
