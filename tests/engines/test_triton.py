@@ -417,10 +417,11 @@ def test_a_decode_cancelled_while_running_is_stopped_on_the_server(models_server
     boxes = np.array([[10 + i, 20, 600 + i, 700] for i in range(16)], np.float32)
     heavy = build_request((1024, 1024), (1024, 1024), box=boxes)  # 16 prompt sets: a long decoder run
 
-    before = _request_ns(url, TINY.session_name)
-    engine.decode(features, heavy)
-    while (finished := _request_ns(url, TINY.session_name))["success_count"] == before["success_count"]:
-        time.sleep(0.01)  # Triton updates its statistics just after it answers
+    for _ in range(2):  # the second: ONNX Runtime's first run of a shape is slower
+        before = _request_ns(url, TINY.session_name)
+        engine.decode(features, heavy)
+        while (finished := _request_ns(url, TINY.session_name))["success_count"] == before["success_count"]:
+            time.sleep(0.01)  # Triton updates its statistics just after it answers
     full_run_ns = finished["success_ns"] - before["success_ns"]
 
     before_outcomes = _settled_requests(models_server, TINY.session_name)
