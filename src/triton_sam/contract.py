@@ -50,22 +50,27 @@ OBJ_PTR = "obj_ptr"  # float32 [B, 4, 256]: SAM2 video's object pointers (single
 HANDLE = "handle"  # bytes [B, 1]
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"  # starts the error message for an evicted or unknown handle
 
-# Session model, a decode that only needs the single mask (`DecodeRequest.logits_above`, hover
-# previews): CROP_THRESHOLD in; out, the single mask's logits cropped to the low-res samples above
-# the threshold grown by CROP_MARGIN on every side (CROP_BOX: rows y0:y1, columns x0:x1). A
-# bilinear resize (SAM1's two included) reads at most 3 neighbouring samples a side, so a mask
-# made from the crop, everything outside it at or below the threshold, is the full logits' mask.
+# Session model, a decode whose logits are used as masks (`DecodeRequest.logits_above`: hover
+# previews, clicks): CROP_THRESHOLD in; out, the mask logits cropped to the low-res samples above
+# the threshold (in any row and candidate) grown by CROP_MARGIN on every side (CROP_BOX: rows
+# y0:y1, columns x0:x1), as SINGLE_MASK_CROP or MULTI_MASK_CROP. A bilinear resize (SAM1's two
+# included) reads at most 3 neighbouring samples a side, so a mask made from the crop, everything
+# outside it at or below the threshold, is the full logits' mask.
 CROP_THRESHOLD = "crop_threshold"  # float32 [B, 1]
 SINGLE_MASK_CROP = "single_mask_crop"  # float32 [B, 1, h, w]: the same box for every row
+MULTI_MASK_CROP = "masks_crop"  # float32 [B, 3, h, w]: the same box for every row and candidate
 CROP_BOX = "crop_box"  # int32 [B, 4]
 CROP_MARGIN = 2
 
 # Session model, refinement without sending the logits again: a decode with KEEP_LOGITS keeps the
 # mask logits it answers on the server, each under the signature of its bytes
-# (`engines.triton.logits_signature`); a later decode may send those signatures as MASK_INPUT_KEY
+# (`engines.triton.logits_signature`) and answers those signatures as KEPT_KEYS when asked (a
+# client that received a crop cannot compute them); a later decode may send them as MASK_INPUT_KEY
 # instead of MASK_INPUT. A key the server does not keep (evicted) fails with a message starting
-# with UNKNOWN_MASK_INPUT; the client then sends the logits.
+# with UNKNOWN_MASK_INPUT; the client then sends the logits, or, where it only received a crop,
+# decodes again what made them.
 KEEP_LOGITS = "keep_logits"  # bool [B, 1]
+KEPT_KEYS = "kept_keys"  # bytes [B, C]: of the masks answered (C = 3 multimask, else 1)
 MASK_INPUT_KEY = "mask_input_key"  # bytes [B, 1]
 UNKNOWN_MASK_INPUT = "UNKNOWN_MASK_INPUT"
 

@@ -84,8 +84,11 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     assert inputs[contract.MASK_INPUT_KEY].data_type == model_config_pb2.TYPE_STRING
     assert inputs[contract.KEEP_LOGITS].data_type == inputs[contract.BEST_OF_MULTIMASK].data_type == model_config_pb2.TYPE_BOOL
     outputs = {o.name: o for o in config.output}
-    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, contract.SINGLE_MASK_CROP, contract.CROP_BOX}
+    crops = {contract.SINGLE_MASK_CROP, contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.KEPT_KEYS}
+    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, *crops}
     assert list(outputs[contract.SINGLE_MASK_CROP].dims) == [1, -1, -1] and list(outputs[contract.CROP_BOX].dims) == [4]
+    assert list(outputs[contract.MULTI_MASK_CROP].dims) == [3, -1, -1] and list(outputs[contract.KEPT_KEYS].dims) == [-1]
+    assert outputs[contract.KEPT_KEYS].data_type == model_config_pb2.TYPE_STRING
     # Batched, without a queue policy (with one, Triton's batcher left decodes ~540 ms in its queue).
     assert config.HasField("dynamic_batching") and not config.dynamic_batching.HasField("default_queue_policy")
     params = {k: v.string_value for k, v in config.parameters.items()}

@@ -108,6 +108,7 @@ def test_the_python_model_shares_the_clients_constants_and_content_hash(python_m
     assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
     assert python_model.GATHER_FILE == GATHER_FILE
     assert (python_model.KEEP_LOGITS, python_model.MASK_INPUT_KEY) == (contract.KEEP_LOGITS, contract.MASK_INPUT_KEY)
+    assert python_model.KEPT_KEYS == contract.KEPT_KEYS
     assert (python_model.MASK_INPUT, python_model.UNKNOWN_MASK_INPUT) == (contract.MASK_INPUT, contract.UNKNOWN_MASK_INPUT)
     assert python_model.BEST_OF_MULTIMASK == contract.BEST_OF_MULTIMASK
     assert (python_model.MULTI_MASKS, python_model.MULTI_SCORES) == (contract.MULTI_MASKS, contract.MULTI_SCORES)
@@ -292,21 +293,27 @@ def test_masks_from_the_crop_of_a_masks_only_decode_are_the_whole_logits_masks(p
 
     assert (python_model.CROP_THRESHOLD, python_model.CROP_MARGIN) == (contract.CROP_THRESHOLD, contract.CROP_MARGIN)
     assert (python_model.SINGLE_MASK_CROP, python_model.CROP_BOX) == (contract.SINGLE_MASK_CROP, contract.CROP_BOX)
+    assert python_model.MULTI_MASK_CROP == contract.MULTI_MASK_CROP
     spec = get_model(model_id)
     resizer, size = MaskResizer(spec), spec.low_res_size
     rng = np.random.default_rng(1)
     for image_hw in ((300, 400), (97, 1531), (1200, 700), (2048, 2048)):
         for threshold in (0.0, 3.0):
-            logits = _blobs(rng, size)
-            crop, box = python_model._cropped_above(logits, np.array([threshold], np.float32))
-            assert crop.shape[-2:] != (size, size)  # the test would show nothing otherwise
-            restored = uncropped(crop, box, threshold, size)
-            expected = resizer.masks(logits[0], image_hw, threshold)
-            np.testing.assert_array_equal(resizer.masks(restored[0], image_hw, threshold), expected)
-            found, (y, x) = resizer.object_mask(restored[0, 0], image_hw, threshold)
-            whole = np.zeros(image_hw, bool)
-            whole[y : y + found.shape[0], x : x + found.shape[1]] = found
-            np.testing.assert_array_equal(whole, expected[0])
+            for name, crop_name, candidates in (
+                (contract.SINGLE_MASK, contract.SINGLE_MASK_CROP, 1),
+                (contract.MULTI_MASKS, contract.MULTI_MASK_CROP, 3),
+            ):
+                logits = np.concatenate([_blobs(rng, size) for _ in range(candidates)], axis=1)
+                cropped = python_model._cropped_above({name: logits}, np.array([threshold], np.float32), [crop_name])
+                crop, box = cropped[crop_name], cropped[contract.CROP_BOX]
+                assert crop.shape[-2:] != (size, size)  # the test would show nothing otherwise
+                restored = uncropped(crop, box, threshold, size)
+                expected = resizer.masks(logits[0], image_hw, threshold)
+                np.testing.assert_array_equal(resizer.masks(restored[0], image_hw, threshold), expected)
+                found, (y, x) = resizer.object_mask(restored[0, -1], image_hw, threshold)
+                whole = np.zeros(image_hw, bool)
+                whole[y : y + found.shape[0], x : x + found.shape[1]] = found
+                np.testing.assert_array_equal(whole, expected[-1])
 
 
 def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_model, synthetic_repository):
@@ -337,6 +344,40 @@ def test_a_masks_only_decode_answers_the_single_mask_around_the_object(python_mo
     assert set(_decode(model, [handle], points[:1], every_output).outputs) == set(contract.DECODER_OUTPUTS)
     wrong = _decode(model, [handle], points[:1], _CROPPED, crop_threshold=np.array([[np.nan]], np.float32))
     assert wrong.error.code == _Error.INVALID_ARG
+
+
+def test_a_click_decode_answers_its_candidates_around_the_object_and_the_keys_of_their_kept_logits(
+    python_model, synthetic_repository
+):
+    """A multimask decode with a crop threshold (a click's) gets its three candidates' logits in
+    one box around the samples above it in any of them; kept, their keys come back, and naming
+    one as a mask input is sending the whole clamped logits."""
+    model = _session_model(python_model, synthetic_repository, "off")
+    handle = _encode(model, _images()[1])
+    point = [[[300.0, 240.0]]]
+    whole = _decode(model, [handle], point).outputs[contract.MULTI_MASKS]
+    click = (contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.MULTI_SCORES, contract.OBJECT_SCORE, contract.KEPT_KEYS)
+    response = _decode(
+        model, [handle], point, click, crop_threshold=np.zeros((1, 1), np.float32), keep_logits=np.ones((1, 1), bool)
+    )
+    assert set(response.outputs) == set(click)
+    above = (whole > 0).any(axis=(0, 1))
+    assert 0 < above.sum() and not all(((whole[0, c] > 0) == above).all() for c in range(3))  # candidates differ
+    rows, cols = np.flatnonzero(above.any(1)), np.flatnonzero(above.any(0))
+    m, last = contract.CROP_MARGIN, whole.shape[-1]
+    y0, x0, y1, x1 = max(rows[0] - m, 0), max(cols[0] - m, 0), min(rows[-1] + 1 + m, last), min(cols[-1] + 1 + m, last)
+    assert response.outputs[contract.CROP_BOX].tolist() == [[y0, x0, y1, x1]]
+    np.testing.assert_array_equal(response.outputs[contract.MULTI_MASK_CROP], whole[:, :, y0:y1, x0:x1])
+    assert (y1 - y0) * (x1 - x0) < last * last
+    keys = response.outputs[contract.KEPT_KEYS]
+    clamped = TINY.as_mask_input(whole)
+    assert keys.shape == (1, 3) and [k.decode() for k in keys[0]] == [logits_signature(c) for c in clamped[0]]
+    refine = [[[300.0, 240.0], [320.0, 250.0]]]
+    for candidate in range(3):
+        named = _decode(model, [handle], refine, mask_input_key=keys[:, candidate : candidate + 1])
+        sent = _decode(model, [handle], refine, mask_input=clamped[:, candidate : candidate + 1])
+        for name, array in sent.outputs.items():
+            np.testing.assert_array_equal(named.outputs[name], array)
 
 
 def test_a_refinement_may_name_kept_logits_instead_of_sending_them(python_model, synthetic_repository):

@@ -14,6 +14,7 @@ from triton_sam import Predictor, contract
 from triton_sam.registry import get_model
 
 TINY = get_model("sam2.1_hiera_tiny")
+OUTPUTS = (*contract.DECODER_OUTPUTS, contract.SINGLE_MASK_CROP, contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.KEPT_KEYS)
 DTYPES = {"FP32": np.float32, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16, "UINT8": np.uint8, "BOOL": np.bool_}
 
 
@@ -27,7 +28,7 @@ def _tensor(name: str, array: np.ndarray) -> grpcclient.InferInput:
 @st.composite
 def malformed_requests(draw):
     """Decode requests with random batch/point counts, dtypes, handles, values (NaN and huge too),
-    mask inputs by value or by keys the server does not keep."""
+    mask inputs by value or by keys the server does not keep, crop thresholds, and outputs asked for."""
     batch = draw(st.integers(1, 3))
     points = draw(st.integers(0, 4))
     coord_batch = draw(st.sampled_from([batch, batch + 1]))
@@ -48,7 +49,11 @@ def malformed_requests(draw):
         if draw(st.booleans()):
             inputs[flag] = np.array([[draw(st.booleans())]] * batch, np.bool_)
     if draw(st.booleans()):
+        thresholds = draw(st.lists(values, min_size=batch, max_size=batch + 1))
+        inputs[contract.CROP_THRESHOLD] = np.array(thresholds, np.float32)[:, None]
+    if draw(st.booleans()):
         del inputs[draw(st.sampled_from([contract.POINT_COORDS, contract.POINT_LABELS]))]
+    inputs["_outputs"] = draw(st.lists(st.sampled_from(OUTPUTS), unique=True))  # none: every output
     return inputs
 
 
@@ -64,13 +69,15 @@ def known_handle(synthetic_server):
 def test_the_server_answers_every_malformed_request_and_keeps_serving(synthetic_server, known_handle, request):
     client = grpcclient.InferenceServerClient(synthetic_server.grpc_url)
     kind, batch = request.pop("_handle")
+    outputs = request.pop("_outputs")
     value = {"known": known_handle, "unknown": "0" * 32, "empty": ""}[kind]
     tensors = [_tensor(contract.HANDLE, np.array([[value.encode()]] * batch, dtype=np.object_))]
     tensors += [_tensor(name, array) for name, array in request.items()]
     try:
-        result = client.infer(TINY.session_name, tensors, client_timeout=10)
-        masks = result.as_numpy(contract.MULTI_MASKS)
-        assert masks.shape[0] == batch  # when it answers, it answers for each prompt set
+        asked = [grpcclient.InferRequestedOutput(name) for name in outputs] or None
+        result = client.infer(TINY.session_name, tensors, outputs=asked, client_timeout=10)
+        answered = [result.as_numpy(name) for name in outputs or OUTPUTS]
+        assert all(array.shape[0] == batch for array in answered if array is not None)  # for each prompt set
     except InferenceServerException as error:
         assert error.status() != "StatusCode.DEADLINE_EXCEEDED", error  # an answer, not a hang
         assert error.message()

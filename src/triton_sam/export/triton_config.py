@@ -199,7 +199,12 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
         _tensor(contract.ENCODER_INPUT, "TYPE_UINT8", (-1, -1, -1), optional=True),
         _tensor(contract.HANDLE, "TYPE_STRING", (1,), optional=True),
     ] + [_tensor(*i, optional=True) for i in [*prompts, *_session_decode_options()]]
-    crops = [(contract.SINGLE_MASK_CROP, "TYPE_FP32", (1, -1, -1)), (contract.CROP_BOX, "TYPE_INT32", (4,))]
+    crops = [
+        (contract.SINGLE_MASK_CROP, "TYPE_FP32", (1, -1, -1)),
+        (contract.MULTI_MASK_CROP, "TYPE_FP32", (3, -1, -1)),
+        (contract.CROP_BOX, "TYPE_INT32", (4,)),
+        (contract.KEPT_KEYS, "TYPE_STRING", (-1,)),
+    ]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in [*decoder_outputs(spec), *crops]]
     video = {}
     if video_settings is not None:

@@ -4,14 +4,15 @@ Session model (`triton_sam_component: "session"`) keeps image features on the se
 *encode* request sends the image (`image`, [B,H,W,C] uint8, any size: the encoder resizes) and gets back a
 `handle` per image; a *decode* request sends only `handle` and the prompts (well under 4 KB) and
 gets mask logits back under the decoder's output names; with `crop_threshold` it may ask for
-`single_mask_crop` and `crop_box` instead of `single_mask`: the single mask's logits only around
-the samples above that threshold (a hover preview's, sent often over a user's network). Features live in a bounded LRU in this
-process, so the model runs as one instance. An unknown or evicted handle fails with NOT_FOUND
+`single_mask_crop` or `masks_crop` and `crop_box` instead of `single_mask` or `masks`: the mask
+logits only around the samples above that threshold (a hover preview's or a click's, sent often
+over a user's network). Features live in a bounded LRU in this process, so the model runs as one
+instance. An unknown or evicted handle fails with NOT_FOUND
 and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry. A decode with
 `keep_logits` keeps the mask logits it answers (another LRU; clamped to +-`mask_input_clamp` where
 the config gives one, as the official predictor hands them back) under the signature of their
-bytes, so that a refinement may send `mask_input_key` (those signatures) instead of `mask_input`
-(262 KB a prompt set); an unknown key fails with NOT_FOUND and `UNKNOWN_MASK_INPUT`, and
+bytes, answered as `kept_keys` when asked, so that a refinement may send `mask_input_key` (those
+signatures) instead of `mask_input` (262 KB a prompt set); an unknown key fails with NOT_FOUND and `UNKNOWN_MASK_INPUT`, and
 clients send the logits themselves. With `best_of_multimask` a single-mask decode answers the
 multimask candidate with the highest predicted IoU instead (a hover preview shows what a click
 will give).
@@ -56,8 +57,11 @@ GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
 SINGLE_MASK, MULTI_MASKS, MASK_INPUT = "single_mask", "masks", "mask_input"
 KEEP_LOGITS, MASK_INPUT_KEY, UNKNOWN_MASK_INPUT = "keep_logits", "mask_input_key", "UNKNOWN_MASK_INPUT"
+KEPT_KEYS = "kept_keys"
 MULTI_SCORES, SINGLE_SCORE, BEST_OF_MULTIMASK = "iou_predictions", "single_iou", "best_of_multimask"
 CROP_THRESHOLD, SINGLE_MASK_CROP, CROP_BOX, CROP_MARGIN = "crop_threshold", "single_mask_crop", "crop_box", 2
+MULTI_MASK_CROP = "masks_crop"
+CROPS = {SINGLE_MASK: SINGLE_MASK_CROP, MULTI_MASKS: MULTI_MASK_CROP}  # decoder output -> its crop
 UNKNOWN_MEMORY = "UNKNOWN_MEMORY"
 VIDEO_DIR = "video"
 # Volumes (SAM2.1): the inputs that tell a request's kind, and the other tensors.
@@ -337,13 +341,16 @@ class SessionModel:
         except KeyError as error:
             raise UnknownMaskInput(error.args[0]) from None
 
-    def _keep(self, arrays: dict) -> None:
-        """Keep every mask's logits among the decoder's `arrays` as a mask input, under its signature."""
-        for masks in (arrays[name] for name in (MULTI_MASKS, SINGLE_MASK) if name in arrays):
-            if self.mask_input_clamp is not None:
-                masks = np.clip(masks, -self.mask_input_clamp, self.mask_input_clamp)
-            for logits in masks.reshape(-1, *masks.shape[-2:]):
-                self.kept_logits.put(logits_signature(logits), logits.copy())
+    def _keep(self, masks: np.ndarray) -> np.ndarray:
+        """Keep each of `masks`' logits ([B, C, S, S]) as a mask input, under its signature; the
+        signatures, [B, C] bytes."""
+        if self.mask_input_clamp is not None:
+            masks = np.clip(masks, -self.mask_input_clamp, self.mask_input_clamp)
+        keys = []
+        for logits in masks.reshape(-1, *masks.shape[-2:]):
+            keys.append(logits_signature(logits).encode())
+            self.kept_logits.put(keys[-1].decode(), logits.copy())
+        return np.array(keys, dtype=np.object_).reshape(masks.shape[:2])
 
     def _decode_together(self, wanted: list, members: list) -> dict:
         """One decoder run for several requests' rows; each request gets its own rows back."""
@@ -363,10 +370,11 @@ class SessionModel:
             arrays = {name: o[start : start + len(member.rows)] for name, o in zip(wanted, outputs)}
             if member.best:
                 arrays.update(_best_candidates(arrays[MULTI_MASKS], arrays[MULTI_SCORES]))
-            if member.keep:
-                self._keep(arrays)
+            answered = _answered_masks(member.request)
+            if member.keep and answered in arrays:
+                arrays[KEPT_KEYS] = self._keep(arrays[answered])
             if member.crop is not None:
-                arrays[SINGLE_MASK_CROP], arrays[CROP_BOX] = _cropped_above(arrays[SINGLE_MASK], member.crop)
+                arrays.update(_cropped_above(arrays, member.crop, member.request.requested_output_names()))
             names = _wanted(member.request, arrays)
             responses[id(member.request)] = _response(names, [arrays[name] for name in names])
             start += len(member.rows)
@@ -467,13 +475,13 @@ class VideoRequests:
 
 
 def _decoder_outputs(request, cropped: bool, best: bool) -> list:
-    """The decoder's outputs a decode request needs: those it asks for (all if none), the single
-    mask where it is `cropped` (it sends a crop threshold and asks for the crop), and the
-    multimask candidates in place of the single mask where it wants the `best` of them."""
+    """The decoder's outputs a decode request needs: those it asks for (all if none), the masks
+    whose crop it asks for where it is `cropped` (it sends a crop threshold), and the multimask
+    candidates in place of the single mask where it wants the `best` of them."""
     requested = request.requested_output_names()
     wanted = [name for name in DECODE_OUTPUTS if name in requested]
-    if cropped and SINGLE_MASK_CROP in requested and SINGLE_MASK not in wanted:
-        wanted.append(SINGLE_MASK)
+    if cropped:
+        wanted += [name for name, crop in CROPS.items() if crop in requested and name not in wanted]
     wanted = wanted or list(DECODE_OUTPUTS)
     if best:
         wanted = [n for n in wanted if n not in (SINGLE_MASK, SINGLE_SCORE)]
@@ -500,18 +508,31 @@ def _crop_threshold(request, batch: int):
     return thresholds
 
 
-def _cropped_above(logits: np.ndarray, thresholds: np.ndarray) -> tuple:
-    """`logits` [B, 1, S, S] cut to the samples above each row's threshold, grown by CROP_MARGIN
-    (one box for the batch; (0, 0, 1, 1) if none is above), and that box per row."""
-    above = (logits > thresholds.reshape(-1, 1, 1, 1)).any(axis=(0, 1))
+def _answered_masks(request) -> str:
+    """The decoder output whose masks a decode request gets, whole or cropped: the candidates where
+    it asks for them (or for nothing in particular), else the single mask."""
+    requested = request.requested_output_names()
+    return SINGLE_MASK if requested and MULTI_MASKS not in requested and MULTI_MASK_CROP not in requested else MULTI_MASKS
+
+
+def _cropped_above(arrays: dict, thresholds: np.ndarray, requested) -> dict:
+    """The `requested` crops of the decoder's mask `arrays` ([B, C, S, S]): cut to the samples above
+    each row's threshold, grown by CROP_MARGIN (one box for the batch and every mask; (0, 0, 1, 1)
+    if none is above), and that box per row."""
+    masks = {name: arrays[name] for name, crop in CROPS.items() if crop in requested and name in arrays}
+    if not masks:
+        return {}
+    above = np.zeros(next(iter(masks.values())).shape[-2:], bool)
+    for logits in masks.values():
+        above |= (logits > thresholds.reshape(-1, 1, 1, 1)).any(axis=(0, 1))
     rows, cols = np.flatnonzero(above.any(axis=1)), np.flatnonzero(above.any(axis=0))
     y0, x0, y1, x1 = 0, 0, 1, 1
     if rows.size:
         height, width = above.shape
         y0, y1 = max(rows[0] - CROP_MARGIN, 0), min(rows[-1] + 1 + CROP_MARGIN, height)
         x0, x1 = max(cols[0] - CROP_MARGIN, 0), min(cols[-1] + 1 + CROP_MARGIN, width)
-    box = np.tile(np.array([y0, x0, y1, x1], np.int32), (len(logits), 1))
-    return np.ascontiguousarray(logits[:, :, y0:y1, x0:x1]), box
+    crops = {CROPS[name]: np.ascontiguousarray(logits[:, :, y0:y1, x0:x1]) for name, logits in masks.items()}
+    return {**crops, CROP_BOX: np.tile(np.array([y0, x0, y1, x1], np.int32), (len(thresholds), 1))}
 
 
 def _joined(arrays: list) -> np.ndarray:
