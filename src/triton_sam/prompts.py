@@ -23,8 +23,9 @@ class DecodeRequest:
     point_coords: np.ndarray  # float32 [B, P, 2]
     point_labels: np.ndarray  # int32 [B, P]
     mask_input: np.ndarray | None  # float32 [B, 1, S, S] low-res logits, or None
-    # Set when the caller uses the single-mask logits only as masks (logits > logits_above): an
-    # engine may then return any value at or below it away from the object (a server sends less).
+    # Set when the caller uses the logits only as masks (logits > logits_above) and as later mask
+    # inputs to the same engine: an engine may then return any value at or below it away from the
+    # object (a server sends less); as a mask input they still refine as the whole logits would.
     logits_above: float | None = None
     # With multimask_output=False: the best of the three multimask candidates (highest predicted
     # IoU) instead of the single-mask output. SAM's interactive tools show that for one click

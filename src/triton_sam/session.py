@@ -60,8 +60,8 @@ class Preview:
     offset: Offset = (0, 0)
     hint_offset: Offset = (0, 0)
     tile: Tile | None = None  # the tile `mask` was decoded with
-    # float32 [h, w]: the logits `mask` comes from (commit upsamples them); a hover's may hold only
-    # the part around the object, the rest below the threshold (`DecodeRequest.logits_above`)
+    # float32 [h, w]: the logits `mask` comes from (commit upsamples them); they may hold only the
+    # part around the object, the rest below the threshold (`DecodeRequest.logits_above`)
     low_res: np.ndarray | None = None
 
     @property
@@ -90,7 +90,7 @@ class ObjectPrompts:
     box: tuple[float, float, float, float] | None = None
     order: list[str] = field(default_factory=list)  # "point" / "box", for undo
     version: int = 0  # bumped on every change; a decode stores results only for its version
-    low_res: np.ndarray | None = None  # float32 [C, 256, 256] candidates of the last decode
+    low_res: np.ndarray | None = None  # float32 [C, 256, 256] candidates of the last decode (`logits_above`)
     scores: np.ndarray | None = None  # [C]
     mask: np.ndarray | None = None  # bool, the chosen candidate at full size (its tile's): what commit stores
     tile: Tile | None = None  # the tile `low_res` and `mask` belong to
@@ -650,10 +650,10 @@ class InteractiveSession:
 
     def _decode_low_res(self, plane: _Plane, tile: Tile, kwargs: dict, token: CancelToken, preview: bool = False):
         """Low-res logits and scores of the first prompt set: a click's three candidates, or a hover
-        `preview`'s one mask, the candidate that click would choose (`best_of_multimask`), only
-        thresholded, so a server may send just the part around the object (`logits_above`)."""
+        `preview`'s one mask, the candidate that click would choose (`best_of_multimask`). Both are
+        only thresholded or refined, so a server may send just the part around the object (`logits_above`)."""
         features = self._tile_features(plane, tile)
-        options = {"logits_above": self.mask_threshold, "best_of_multimask": True} if preview else {}
+        options = {"logits_above": self.mask_threshold, "best_of_multimask": preview}
         request = model_request(self.spec, tile.shape, **_in_tile(kwargs, tile), **options)
         result = self.engine.decode(features, request, not preview, token)
         return result.low_res_logits[0], result.scores[0]

@@ -172,6 +172,49 @@ def test_a_masks_only_decode_sends_the_logits_around_the_object_and_gives_the_sa
     assert received[(300, 200, 100.0, 100.0)] < 2048  # nothing above the threshold: one sample
 
 
+def test_a_clicks_candidates_come_around_the_object_and_refine_as_the_whole_logits(synthetic_server, synthetic_repository):
+    """A click's decode (multimask, `logits_above`): the three candidates' logits come only around
+    the object, give the local engine's masks and scores, and as the next click's mask input
+    refine exactly as the whole logits do, named by key (under 4 KB up)."""
+    proxy = CountingProxy(synthetic_server.grpc_url)
+    remote = TritonEngine(TINY, TritonConnection(proxy.url))
+    local = create_engine(TINY, "local", synthetic_repository)
+    try:
+        assert remote.crops_candidates
+        image, size = encoder_input(IMAGE, TINY), IMAGE.shape[:2]
+        remote_features, local_features = remote.encode(image), local.encode(image)
+        click = model_request(TINY, size, **_one_point())
+        expected = local.decode(local_features, click)
+        received = {}
+        for above in (None, 0.0):
+            before = proxy.counts()[1]
+            ours = remote.decode(remote_features, replace(click, logits_above=above))
+            received[above] = proxy.counts()[1] - before
+        np.testing.assert_array_equal(ours.scores, expected.scores)
+        np.testing.assert_array_equal(
+            local.resizer.masks(ours.low_res_logits[0], size), local.resizer.masks(expected.low_res_logits[0], size)
+        )
+        assert (ours.low_res_logits != expected.low_res_logits).any()  # away from the object: not sent
+        two_points = {"point_coords": np.array([[100, 100], [130, 110]], np.float32), "point_labels": np.array([1, 1])}
+        for candidate in range(3):
+            previous = {
+                engine: TINY.as_mask_input(result.low_res_logits[0, candidate : candidate + 1])
+                for engine, result in ((remote, ours), (local, expected))
+            }
+            refined = local.decode(local_features, model_request(TINY, size, **two_points, mask_input=previous[local]))
+            before = proxy.counts()[0]
+            result = remote.decode(remote_features, model_request(TINY, size, **two_points, mask_input=previous[remote]))
+            assert proxy.counts()[0] - before <= 4096
+            np.testing.assert_array_equal(result.low_res_logits, refined.low_res_logits)
+            np.testing.assert_array_equal(result.scores, refined.scores)
+    finally:
+        remote.close()
+        local.close()
+        proxy.close()
+    print(f"bytes down per click: whole logits {received[None]}, around the object {received[0.0]}")
+    assert received[0.0] < received[None] / 5
+
+
 def test_a_refinement_names_the_logits_the_server_kept_and_gets_the_local_masks(synthetic_server, synthetic_repository):
     """A single decode's logits stay on the server: a refinement with them as mask input sends
     their key instead (under 4 KB up, not 262 KB) and gets what the local engine gets with them;
@@ -490,6 +533,40 @@ def test_logits_the_server_no_longer_keeps_are_sent_without_the_caller_noticing(
     np.testing.assert_array_equal(result.low_res_logits, expected.low_res_logits)
     np.testing.assert_array_equal(result.scores, expected.scores)
     assert after["inferences"] - before["inferences"] == 2  # by key (failed), then with the logits
+
+
+def test_cropped_clicks_the_server_forgot_are_decoded_again_and_refinements_stay_exact(small_cache_server, synthetic_repository):
+    """Three clicks, each refining the last with logits received only around the object; before
+    the third, another client's click evicts them all: the engine decodes the first two clicks
+    again (the server keeps their logits again), and the third gets what the whole logits give."""
+    url = small_cache_server.grpc_url
+    remote, other = (TritonEngine(TINY, TritonConnection(url)) for _ in range(2))
+    local = create_engine(TINY, "local", synthetic_repository)
+    image, size = encoder_input(IMAGE, TINY), IMAGE.shape[:2]
+    features = {engine: engine.encode(image) for engine in (remote, other, local)}
+    clicks = [[(100, 100)], [(100, 100), (130, 110)], [(100, 100), (130, 110), (80, 120)]]
+    previous = {remote: None, local: None}
+    try:
+        for number, points in enumerate(clicks):
+            if number == 2:
+                other.decode(features[other], model_request(TINY, size, **_one_point(300, 200), logits_above=0.0))
+                before = _stats(url, TINY.session_name)
+            prompts = {"point_coords": np.array(points, np.float32), "point_labels": np.ones(len(points), int)}
+            results = {}
+            for engine, above in ((remote, 0.0), (local, None)):
+                request = model_request(TINY, size, **prompts, mask_input=previous[engine], logits_above=above)
+                results[engine] = engine.decode(features[engine], request)
+                best = int(np.argmax(results[engine].scores[0]))
+                previous[engine] = TINY.as_mask_input(results[engine].low_res_logits[0, best : best + 1])
+            np.testing.assert_array_equal(results[remote].scores, results[local].scores)
+            ours, theirs = results[remote].low_res_logits, results[local].low_res_logits
+            differs = ours != theirs  # only away from the object, where neither is above the threshold
+            assert (ours[differs] <= 0).all() and (theirs[differs] <= 0).all() and (ours > 0).any()
+        after = _stats(url, TINY.session_name)
+    finally:
+        for engine in (remote, other, local):
+            engine.close()
+    assert after["inferences"] - before["inferences"] == 5  # third (forgotten), second (forgotten), first, second, third
 
 
 def test_discovery_and_a_contract_mismatch_is_explained(small_cache_server):

@@ -43,14 +43,15 @@ def _hover_request(spec: ModelSpec, i: int = 0) -> DecodeRequest:
 def _refinement(engine: Engine, features: ImageFeatures, spec: ModelSpec, i: int) -> tuple[DecodeRequest, DecodeRequest]:
     """A click's decode (one point, three masks) and, for its answer, a second click's: two points
     and the best of the first's logits as the mask input (as `Predictor` returns them), as the
-    session refines an object."""
+    session refines an object (its masks only thresholded or refined: `logits_above`)."""
     size = spec.input_size
     point = [size * 0.4 + i % 50, size * 0.45]
-    click = model_request(spec, (size, size), point_coords=[point], point_labels=[1])
+    click = model_request(spec, (size, size), point_coords=[point], point_labels=[1], logits_above=0.0)
     first = engine.decode(features, click)
     best = spec.as_mask_input(first.low_res_logits[0, int(np.argmax(first.scores[0]))])
     second = [point[0] + 30, point[1] + 10]
-    return model_request(spec, (size, size), point_coords=[point, second], point_labels=[1, 1], mask_input=best[None])
+    prompts = {"point_coords": [point, second], "point_labels": [1, 1], "mask_input": best[None], "logits_above": 0.0}
+    return model_request(spec, (size, size), **prompts)
 
 
 def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, duration_s: float) -> dict:

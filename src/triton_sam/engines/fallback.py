@@ -25,7 +25,9 @@ class FallbackEngine(Engine):
     While local because the server was unreachable, a background thread tries `connect()` every
     `retry_s` seconds and new encodes go to the server again once it answers; features already
     encoded locally stay with the local engine. `fallback_reason` says why the local engine is in use
-    (None while on Triton).
+    (None while on Triton). A refinement right after the switch refines the server's logits as
+    they came (`DecodeRequest.logits_above`: around the object only), so its mask may differ a
+    little from what the server would have given.
     """
 
     def __init__(self, connect: Callable[[], Engine], local: Callable[[], Engine], *, retry_s: float = RETRY_S) -> None:

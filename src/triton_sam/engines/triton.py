@@ -8,9 +8,11 @@ queue or by the session model) and a running one is stopped. Servers older than 
 (25.04) can crash when a call is cancelled as its answer goes out, so there a cancelled decode
 waits for its answer and drops it: each caller keeps at most one call on the server, never a pile
 of abandoned ones. If the server lost the embedding (evicted, restarted) the image
-is encoded again and the decode retried, without the caller noticing. The server keeps the
-mask logits of single decodes, so a refinement (the previous logits as `mask_input`) sends their
-key instead of 262 KB; where the server forgot them, the logits are sent after all.
+is encoded again and the decode retried, without the caller noticing. Decodes whose logits are
+used only as masks (`DecodeRequest.logits_above`) get them only around the object. The server
+keeps the mask logits of single decodes, so a refinement (the previous logits as `mask_input`)
+sends their key instead of 262 KB; where the server forgot them, the logits are sent after all,
+or, where only their crop came here, the decode that made them runs again: refinements stay exact.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -52,8 +55,11 @@ _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Trito
 # answer is sent (triton-inference-server/server#7368 and #8034, fixed in March 2025). PyTriton
 # 0.7.0 bundles 2.51: 16 clients cancelling hover decodes crashed it within a minute.
 SAFE_CANCEL_VERSION = (2, 57)
-# What a masks-only single-mask decode asks for (`DecodeRequest.logits_above`): the logits around the object.
-CROPPED_OUTPUTS = [contract.SINGLE_MASK_CROP, contract.CROP_BOX, contract.SINGLE_SCORE, contract.OBJECT_SCORE]
+# What a masks-only decode asks for (`DecodeRequest.logits_above`): the logits around the object.
+CROPPED_OUTPUTS = {
+    True: [contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.MULTI_SCORES, contract.OBJECT_SCORE],
+    False: [contract.SINGLE_MASK_CROP, contract.CROP_BOX, contract.SINGLE_SCORE, contract.OBJECT_SCORE],
+}
 
 
 class _HandleLost(Exception):
@@ -70,38 +76,100 @@ def logits_signature(logits: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(logits, np.float32).tobytes(), digest_size=16).hexdigest()
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """The decode that made kept logits this client received only as a crop, and which of its
+    masks they are: run again, it makes the server keep them again. Where it refined such logits,
+    `parent` holds their signature and recipe (a chain of clicks outlives the client's bound)."""
+
+    request: DecodeRequest
+    multimask_output: bool
+    candidate: int
+    parent: tuple[str, Recipe] | None = None
+
+
+@dataclass(frozen=True)
+class _Kept:
+    key: str  # the server's signature of the logits
+    recipe: Recipe | None  # None: the client holds the logits themselves
+
+
 class KeptLogits:
-    """Signatures of the mask logits the server keeps for this client as mask inputs (clamped as
-    `spec.as_mask_input` does), as far as it knows: the newest `capacity` (the server's own
-    bound; other clients may make it evict sooner)."""
+    """The mask logits the server keeps for this client as mask inputs, as far as it knows: the
+    newest `capacity` (the server's own bound; other clients may make it evict sooner), each
+    under the signature of the mask input this client would send for them (clamped as
+    `spec.as_mask_input` does): the server's key and, for those received only as a crop, their
+    `Recipe`. Older mask inputs are sent as they are."""
 
     def __init__(self, spec: ModelSpec, capacity: int) -> None:
         self.spec = spec
         self.capacity = max(1, capacity)
-        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, masks: np.ndarray) -> None:
-        """Note the logits of `masks` ([..., S, S], as decoded) as kept."""
-        keys = [logits_signature(logits) for logits in self.spec.as_mask_input(masks).reshape(-1, *masks.shape[-2:])]
+    def _signatures(self, masks: np.ndarray) -> list[str]:
+        """Signatures of the mask inputs the logits of `masks` ([..., S, S], as decoded) would make."""
+        return [logits_signature(logits) for logits in self.spec.as_mask_input(masks).reshape(-1, *masks.shape[-2:])]
+
+    def add(self, masks: np.ndarray, keys: np.ndarray | None = None, made_by: tuple[DecodeRequest, bool] | None = None) -> None:
+        """Note the logits of one decode's `masks` ([1, C, S, S], as received) as kept: under the
+        server's `keys` ([1, C] bytes) and the decode that `made_by` them (request, multimask)
+        where `masks` are rebuilt from a crop, else under their own signatures."""
+        signatures = self._signatures(masks)
+        server_keys = signatures if keys is None else [key.decode() for key in keys.reshape(-1)]
         with self._lock:
-            for key in keys:
-                self._keys[key] = None
-                self._keys.move_to_end(key)
-            while len(self._keys) > self.capacity:
-                self._keys.popitem(last=False)
+            recipes = [None if made_by is None else Recipe(*made_by, c, self._parent(made_by[0])) for c in range(len(signatures))]
+            for signature, key, recipe in zip(signatures, server_keys, recipes, strict=True):
+                self._kept[signature] = _Kept(key, recipe)
+                self._kept.move_to_end(signature)
+            while len(self._kept) > self.capacity:
+                self._kept.popitem(last=False)
+
+    def _parent(self, request: DecodeRequest) -> tuple[str, Recipe] | None:
+        """The signature and recipe of `request`'s mask input, if it is kept logits received as a crop (lock held)."""
+        if request.mask_input is None:
+            return None
+        signature = logits_signature(request.mask_input[0, 0])
+        kept = self._kept.get(signature)
+        return None if kept is None or kept.recipe is None else (signature, kept.recipe)
 
     def keys(self, mask_input: np.ndarray) -> np.ndarray | None:
-        """The keys of a request's `mask_input` [B, 1, S, S] as its bytes tensor [B, 1]; None unless all are kept."""
-        keys = [logits_signature(logits) for logits in mask_input[:, 0]]
+        """The server's keys for a request's `mask_input` [B, 1, S, S] as its bytes tensor [B, 1]; None unless all are kept."""
+        signatures = [logits_signature(logits) for logits in mask_input[:, 0]]
         with self._lock:
-            if not all(key in self._keys for key in keys):
+            if not all(signature in self._kept for signature in signatures):
                 return None
-        return np.array([[key.encode()] for key in keys], dtype=np.object_)
+            for signature in signatures:
+                self._kept.move_to_end(signature)
+            return np.array([[self._kept[signature].key.encode()] for signature in signatures], dtype=np.object_)
 
-    def clear(self) -> None:
+    def recall(self, signature: str, recipe: Recipe) -> None:
+        """Note logits the client bound dropped as kept again, under no key the server knows:
+        naming them fails, and `recipe` runs again (a chain of refinements being restored)."""
         with self._lock:
-            self._keys.clear()
+            self._kept.setdefault(signature, _Kept(signature, recipe))
+
+    def lost(self, mask_input: np.ndarray) -> list[tuple[str, Recipe]]:
+        """The server forgot some of `mask_input`'s logits: forget those this client holds itself
+        (it sends them now), and return the signatures and recipes of the others."""
+        recipes = []
+        with self._lock:
+            for signature in {logits_signature(logits) for logits in mask_input[:, 0]}:
+                kept = self._kept.get(signature)
+                if kept is not None and kept.recipe is not None:
+                    recipes.append((signature, kept.recipe))
+                else:
+                    self._kept.pop(signature, None)
+        return recipes
+
+    def rebind(self, signature: str, recipe: Recipe, masks: np.ndarray) -> None:
+        """`recipe` ran again and made `masks` ([S, S]), kept: the mask input of `signature` names
+        them now (the same logits, unless the server's decoder is not deterministic)."""
+        (again,) = self._signatures(masks)
+        with self._lock:
+            if again in self._kept:
+                self._kept[signature] = _Kept(self._kept[again].key, recipe)
+                self._kept.move_to_end(signature)
 
 
 class TritonClient:
@@ -251,11 +319,14 @@ class TritonEngine(Engine):
         always = self.cancel_on_server and "dynamic_batching" not in config
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
-        # Session models exported before crops answer masks-only decodes with the whole logits,
-        # those before kept logits take no mask input by key, and those before best-of-multimask
-        # decodes send all three candidates to choose from.
+        # Session models exported before crops answer masks-only decodes with the whole logits
+        # (before crops of candidates, those of multimask ones), those before kept logits take no
+        # mask input by key, and those before best-of-multimask decodes send all three
+        # candidates to choose from.
         inputs = {tensor.get("name") for tensor in config.get("input", [])}
+        outputs = {tensor.get("name") for tensor in config.get("output", [])}
         self.crops = contract.CROP_THRESHOLD in inputs
+        self.crops_candidates = contract.MULTI_MASK_CROP in outputs
         self.chooses_best = contract.BEST_OF_MULTIMASK in inputs
         kept = contract.MASK_INPUT_KEY in inputs
         self.kept_logits = KeptLogits(spec, int(_parameter(config, "logits_cache_size") or 1)) if kept else None
@@ -326,25 +397,51 @@ class TritonEngine(Engine):
             raise DecodeCancelled("decode cancelled before it was sent")
         if request.best_of_multimask and not multimask_output and not self.chooses_best:
             return best_candidates(self._decode(handle, request, True, cancel))
-        cropped = self.crops and request.logits_above is not None and not multimask_output
-        names = CROPPED_OUTPUTS if cropped else contract.decoder_output_names(multimask_output)
-        # The logits of a single whole-logits decode may come back as the next one's mask input.
-        keep = self.kept_logits is not None and not cropped and request.batch_size == 1
-        try:
-            parts = [self._decode_arrays(handle, part, names, keep) for part in _split(request, self.max_batch)]
-            sent = [self._send(arrays, names, cancel) for arrays in parts]
-            answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
-        except _MaskInputLost:
-            self.kept_logits.clear()  # the server lost kept logits (evicted, restarted): send them
-            return self._decode(handle, request, multimask_output, cancel)
-        if keep:
-            self.kept_logits.add(answers[0][0])
-        if cropped:
-            size = self.spec.low_res_size
-            answers = [(uncropped(crop, box, request.logits_above, size), *rest) for crop, box, *rest in answers]
-        if len(answers) == 1:
-            return DecodeResult(*answers[0])
-        return DecodeResult(*(np.concatenate(arrays) for arrays in zip(*answers, strict=True)))
+        cropped = self.crops and request.logits_above is not None and (self.crops_candidates or not multimask_output)
+        # The logits of a single decode may come back as the next one's mask input (a hover's never do).
+        keep = self.kept_logits is not None and request.batch_size == 1 and (multimask_output or not cropped)
+        names = CROPPED_OUTPUTS[multimask_output] if cropped else contract.decoder_output_names(multimask_output)
+        names = names + [contract.KEPT_KEYS] if keep and cropped else names
+        for _ in range(REENCODE_ATTEMPTS):
+            try:
+                parts = [self._decode_arrays(handle, part, names, keep) for part in _split(request, self.max_batch)]
+                sent = [self._send(arrays, names, cancel) for arrays in parts]
+                answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
+                break
+            except _MaskInputLost:  # the server forgot kept logits (evicted, restarted)
+                self._restore_mask_inputs(handle, request, cancel)
+        else:
+            raise ServerModelError(
+                f"The server on {self.client.url} forgot the mask logits of this client's refinements "
+                f"{REENCODE_ATTEMPTS} times in a row: its `logits_cache_size` is too small for its clients."
+            )
+        results = [self._result(answer, multimask_output, request.logits_above) for answer in answers]
+        if keep and cropped:
+            self.kept_logits.add(results[0][0], answers[0][contract.KEPT_KEYS], (request, multimask_output))
+        elif keep:
+            self.kept_logits.add(results[0][0])
+        if len(results) == 1:
+            return DecodeResult(*results[0])
+        return DecodeResult(*(np.concatenate(arrays) for arrays in zip(*results, strict=True)))
+
+    def _result(self, answer: dict[str, np.ndarray], multimask_output: bool, threshold: float | None) -> tuple:
+        """Low-res logits (rebuilt from a crop), scores and object scores of one answer."""
+        masks, scores, object_scores = contract.decoder_output_names(multimask_output)
+        if contract.CROP_BOX in answer:
+            crop = answer[CROPPED_OUTPUTS[multimask_output][0]]
+            logits = uncropped(crop, answer[contract.CROP_BOX], threshold, self.spec.low_res_size)
+        else:
+            logits = answer[masks]
+        return logits, answer[scores], answer[object_scores]
+
+    def _restore_mask_inputs(self, handle: str, request: DecodeRequest, cancel: CancelToken | None) -> None:
+        """The server forgot mask logits `request` names by key: send those this client holds;
+        decode again those it received only as a crop, so that the server keeps them again."""
+        for signature, recipe in self.kept_logits.lost(request.mask_input):
+            if recipe.parent is not None:
+                self.kept_logits.recall(*recipe.parent)
+            again = self._decode(handle, recipe.request, recipe.multimask_output, cancel)
+            self.kept_logits.rebind(signature, recipe, again.low_res_logits[0, recipe.candidate])
 
     def _decode_arrays(self, handle: str, request: DecodeRequest, names: list[str], keep: bool) -> dict[str, np.ndarray]:
         """Handle and prompt tensors of a decode request: the mask input by key where the server keeps
@@ -354,7 +451,7 @@ class TritonEngine(Engine):
         if keys is not None:
             del arrays[contract.MASK_INPUT]
             arrays[contract.MASK_INPUT_KEY] = keys
-        if contract.SINGLE_MASK_CROP in names:
+        if contract.CROP_BOX in names:
             arrays[contract.CROP_THRESHOLD] = np.full((request.batch_size, 1), request.logits_above, np.float32)
         if request.best_of_multimask and contract.SINGLE_SCORE in names:
             arrays[contract.BEST_OF_MULTIMASK] = np.ones((request.batch_size, 1), bool)
@@ -382,7 +479,7 @@ class TritonEngine(Engine):
             cancel.on_cancel(call.cancel)
         return done, outcome, call
 
-    def _receive(self, handle: str, done, outcome: dict, call, names: list[str], cancel: CancelToken | None) -> tuple:
+    def _receive(self, handle: str, done, outcome: dict, call, names: list[str], cancel: CancelToken | None) -> dict:
         if not done.wait(self.client.timeout_s + 5.0):  # the gRPC deadline fires first; never hang
             call.cancel()
             raise ServerUnavailableError(f"No answer from Triton at {self.client.url} in {self.client.timeout_s:.0f} s.")
@@ -395,7 +492,7 @@ class TritonEngine(Engine):
             if contract.UNKNOWN_MASK_INPUT in (error.message() or ""):
                 raise _MaskInputLost()
             raise self._error(error) from error
-        return tuple(outcome["result"].as_numpy(n) for n in names)
+        return {name: outcome["result"].as_numpy(name) for name in names}
 
     def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """One request to the session model about the image of `features` (its handle is added),
@@ -446,9 +543,9 @@ def prompt_arrays(request: DecodeRequest) -> dict[str, np.ndarray]:
 
 
 def uncropped(crop: np.ndarray, box: np.ndarray, threshold: float, size: int) -> np.ndarray:
-    """Low-res logits [B, 1, size, size] from the session model's crop (`contract.CROP_BOX`): the
-    crop in its box, below `threshold` elsewhere."""
-    logits = np.full((len(crop), 1, size, size), np.float32(threshold) - 1, np.float32)
+    """Low-res logits [B, C, size, size] from the session model's crop [B, C, h, w]
+    (`contract.CROP_BOX`): the crop in its box, below `threshold` elsewhere."""
+    logits = np.full((*crop.shape[:2], size, size), np.float32(threshold) - 1, np.float32)
     y0, x0, y1, x1 = (int(v) for v in box[0])
     logits[:, :, y0:y1, x0:x1] = crop
     return logits
