@@ -387,6 +387,47 @@ def test_prompts_no_tile_holds_are_refused_and_change_nothing(big_session):
     assert committed is not None and committed.offset == (0, 0)
 
 
+class _SlowReads(ReadLog):
+    """A plane on slow storage: each window takes `seconds` to read; when each began is kept."""
+
+    def __init__(self, array: np.ndarray, seconds: float) -> None:
+        super().__init__(array)
+        self.seconds, self.started = seconds, []
+
+    def __getitem__(self, key):
+        self.started.append((key, time.perf_counter()))
+        time.sleep(self.seconds)
+        return super().__getitem__(key)
+
+    def read_at(self, tile: Tile) -> float:
+        """When the read of `tile`'s window began."""
+        return next(t for key, t in self.started if key == (slice(tile.y0, tile.y1), slice(tile.x0, tile.x1)))
+
+
+@pytest.mark.parametrize("encode_or_prefetch", ["encode_tiles", "prefetch"])
+def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, encode_or_prefetch):
+    """From slow storage, a tile's read overlaps the encode of the tile before it (on a GPU server
+    a read can take longer than an encode), on the plane shown and on one prefetched."""
+    plane = _SlowReads(BIG, 0.2)
+    encoded, encode = [], session.engine.encode
+
+    def slow_encode(image: np.ndarray):
+        time.sleep(0.2)
+        features = encode(image)
+        encoded.append(time.perf_counter())
+        return features
+
+    monkeypatch.setattr(session.engine, "encode", slow_encode)
+    session.set_plane(("slow", 0), plane)
+    tiles = session.tiles[:3]
+    if encode_or_prefetch == "encode_tiles":
+        assert session.encode_tiles(tiles) == 3
+    else:
+        session.prefetch(plane, tiles=tiles)
+    read = [plane.read_at(tile) for tile in tiles]
+    assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
+
+
 def test_encoding_tiles_stops_when_asked_when_the_plane_changes_or_when_the_session_closes(big_session):
     session = big_session
     asked = []

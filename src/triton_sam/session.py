@@ -15,7 +15,8 @@ on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor move
 - Large planes (see `tiles`) are covered by tiles at native resolution, encoded on request
   (`encode_tiles`, the tiles in view first) rather than by `set_plane`; each decode uses the tile
   that holds its prompts best, and masks come as that tile's crop with its `offset` on the plane.
-  The cursor over a tile not encoded yet gets no preview; a click there encodes its tile.
+  The cursor over a tile not encoded yet gets no preview; a click there encodes its tile. While a
+  tile is encoded, the next one is read (slow storage need not wait for the encoder).
   Zoomed out, the caller asks for coarser tiles (`set_tile_step`): previews then come at the
   tiles' reduced resolution and `commit` stores the object at full resolution.
 """
@@ -26,6 +27,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -204,10 +206,12 @@ class InteractiveSession:
         def stopped() -> bool:
             return self._closed or (should_stop is not None and should_stop())
 
-        for tile in tiles:
-            if not self._cursor_rested(yield_to_cursor_s, stopped):
-                return
-            self._tile_features(plane, tile)
+        with _ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
+            for number, tile in enumerate(tiles):
+                if not self._cursor_rested(yield_to_cursor_s, stopped):
+                    return
+                ahead.start(tiles[number + 1] if number + 1 < len(tiles) else None)
+                self._tile_features(plane, tile, ahead.take(tile))
 
     def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
         """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews
@@ -293,17 +297,19 @@ class InteractiveSession:
             return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
         encoded, remaining = 0, list(tiles)
-        for done in range(1, len(tiles) + 1):
-            if not self._cursor_rested(yield_to_cursor_s, stopped):
-                break
-            tile = self._next_tile(remaining)
-            remaining.remove(tile)
-            if not self._encoded(plane, tile):
-                self._tile_features(plane, tile)
-                encoded += 1
-                self._hover_again_if_waiting(plane, tile)
-            if on_progress is not None and not stopped():
-                on_progress(done, len(tiles))
+        with _ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
+            for done in range(1, len(tiles) + 1):
+                if not self._cursor_rested(yield_to_cursor_s, stopped):
+                    break
+                tile = self._next_tile(remaining)
+                remaining.remove(tile)
+                if not self._encoded(plane, tile):
+                    ahead.start(next((t for t in remaining if not self._encoded(plane, t)), None))
+                    self._tile_features(plane, tile, ahead.take(tile))
+                    encoded += 1
+                    self._hover_again_if_waiting(plane, tile)
+                if on_progress is not None and not stopped():
+                    on_progress(done, len(tiles))
         return encoded
 
     def _next_tile(self, remaining: list[Tile]) -> Tile:
@@ -316,13 +322,18 @@ class InteractiveSession:
                 return max(holding, key=lambda t: t.margin(waiting))
         return remaining[0]
 
-    def _tile_features(self, plane: _Plane, tile: Tile) -> ImageFeatures:
-        """A tile's features: the whole plane's, or a tile's from the cache, encoded now if evicted or new."""
+    def _tile_input(self, plane: _Plane, tile: Tile) -> np.ndarray:
+        """A tiled plane's encoder input for `tile`, read from the plane."""
+        return encoder_input(plane.read(tile, self.spec.max_read_side), self.spec, plane.contrast)
+
+    def _tile_features(self, plane: _Plane, tile: Tile, model_input: np.ndarray | None = None) -> ImageFeatures:
+        """A tile's features: the whole plane's, or a tile's from the cache, encoded now (from
+        `model_input` where it was read already) if evicted or new."""
         features = plane.features.get(tile)
         if features is None and tile in plane.signatures:
             features = self.cache.get(plane.signatures[tile])
         if features is None:
-            model_input = encoder_input(plane.read(tile, self.spec.max_read_side), self.spec, plane.contrast)
+            model_input = self._tile_input(plane, tile) if model_input is None else model_input
             key = self.cache.signature(model_input)
             features = self.cache.features(model_input, key)
             with self._lock:
@@ -681,6 +692,32 @@ class InteractiveSession:
         self._decoder.close()
         if self.owns_engine:
             self.engine.close()
+
+
+class _ReadAhead:
+    """Reads the next tile's encoder input on a worker thread while a tile is encoded: from a GPU
+    server a tile's read (disk, network storage, a dask graph) can take longer than its encode."""
+
+    def __init__(self, read: Callable[[Tile], np.ndarray]) -> None:
+        self._read = read
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="triton-sam-read-ahead")
+        self._reads: dict[Tile, Future] = {}
+
+    def start(self, tile: Tile | None) -> None:
+        """Begin reading `tile` (nothing for None, or a tile being read)."""
+        if tile is not None and tile not in self._reads:
+            self._reads[tile] = self._pool.submit(self._read, tile)
+
+    def take(self, tile: Tile) -> np.ndarray | None:
+        """`tile`'s encoder input if it was read ahead (waiting for the read to finish), else None."""
+        read = self._reads.pop(tile, None)
+        return None if read is None else read.result()
+
+    def __enter__(self) -> _ReadAhead:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)  # a read under way finishes: reads cannot be stopped
 
 
 def _in_tile(kwargs: dict, tile: Tile) -> dict:
