@@ -12,6 +12,7 @@ So a click inside a bright disk returns that disk and not a distant one.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +188,20 @@ class ReadLog:
     def __getitem__(self, key):
         self.reads.append(key)
         return self.array[key]
+
+
+class SlowReads(ReadLog):
+    """A plane on slow storage: each window takes `seconds` to read; when each read began is kept."""
+
+    def __init__(self, array: np.ndarray, seconds: float) -> None:
+        super().__init__(array)
+        self.seconds, self.started = seconds, []
+
+    def __getitem__(self, key):
+        self.started.append((key, time.perf_counter()))
+        time.sleep(self.seconds)
+        return super().__getitem__(key)
+
+    def read_at(self, y0: int, y1: int, x0: int, x1: int) -> float:
+        """When the read of window [y0:y1, x0:x1] began."""
+        return next(t for key, t in self.started if key == (slice(y0, y1), slice(x0, x1)))

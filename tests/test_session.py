@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from synthetic import ReadLog, disk_image
+from synthetic import ReadLog, SlowReads, disk_image
 from triton_sam import Predictor
 from triton_sam.engines import create_engine
 from triton_sam.prompts import model_request
@@ -387,28 +387,11 @@ def test_prompts_no_tile_holds_are_refused_and_change_nothing(big_session):
     assert committed is not None and committed.offset == (0, 0)
 
 
-class _SlowReads(ReadLog):
-    """A plane on slow storage: each window takes `seconds` to read; when each began is kept."""
-
-    def __init__(self, array: np.ndarray, seconds: float) -> None:
-        super().__init__(array)
-        self.seconds, self.started = seconds, []
-
-    def __getitem__(self, key):
-        self.started.append((key, time.perf_counter()))
-        time.sleep(self.seconds)
-        return super().__getitem__(key)
-
-    def read_at(self, tile: Tile) -> float:
-        """When the read of `tile`'s window began."""
-        return next(t for key, t in self.started if key == (slice(tile.y0, tile.y1), slice(tile.x0, tile.x1)))
-
-
 @pytest.mark.parametrize("encode_or_prefetch", ["encode_tiles", "prefetch"])
 def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, encode_or_prefetch):
     """From slow storage, a tile's read overlaps the encode of the tile before it (on a GPU server
     a read can take longer than an encode), on the plane shown and on one prefetched."""
-    plane = _SlowReads(BIG, 0.2)
+    plane = SlowReads(BIG, 0.2)
     encoded, encode = [], session.engine.encode
 
     def slow_encode(image: np.ndarray):
@@ -424,7 +407,7 @@ def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, enc
         assert session.encode_tiles(tiles) == 3
     else:
         session.prefetch(plane, tiles=tiles)
-    read = [plane.read_at(tile) for tile in tiles]
+    read = [plane.read_at(tile.y0, tile.y1, tile.x0, tile.x1) for tile in tiles]
     assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
 
 

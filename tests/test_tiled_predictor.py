@@ -3,10 +3,12 @@ masks placed on the plane, and small planes exactly as `Predictor` does them."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
-from synthetic import disk_image
+from synthetic import SlowReads, disk_image
 from triton_sam import Predictor
 from triton_sam.errors import InvalidInputError
 from triton_sam.tiled_predictor import TiledPredictor, sampled_limits
@@ -57,6 +59,24 @@ def test_tiles_are_encoded_once_when_first_needed_and_ahead_on_request(tiled, pl
     progress = []
     tiled.encode_tiles(tiled.tiles[:3], on_progress=lambda done, total: progress.append((done, total)))
     assert progress == [(1, 3), (2, 3), (3, 3)] and len(tiled.cache) == 3
+
+
+def test_encoding_ahead_reads_each_tile_while_the_one_before_it_is_encoded(tiled, plane, monkeypatch):
+    """From slow storage, a tile's read overlaps the encode of the tile before it."""
+    slow = SlowReads(plane, 0.2)
+    encoded, encode = [], tiled.engine.encode
+
+    def slow_encode(image: np.ndarray):
+        time.sleep(0.2)
+        features = encode(image)
+        encoded.append(time.perf_counter())
+        return features
+
+    monkeypatch.setattr(tiled.engine, "encode", slow_encode)
+    tiled.set_image(slow)
+    tiled.encode_tiles(tiled.tiles[:3])
+    read = [slow.read_at(tile.y0, tile.y1, tile.x0, tile.x1) for tile in tiled.tiles[:3]]
+    assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
 
 
 def test_prompts_that_no_tile_holds_are_refused_with_a_message_and_change_nothing(tiled, plane):

@@ -27,7 +27,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,7 +38,7 @@ from .image import ContrastLimits, encoder_input, read_window
 from .prompts import model_request
 from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
 from .tiled_predictor import plane_limits
-from .tiles import Tile, needs_tiling, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
+from .tiles import ReadAhead, Tile, needs_tiling, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
 
 Offset = tuple[int, int]  # (row, column) of a mask crop's first pixel on its plane
 
@@ -206,7 +205,7 @@ class InteractiveSession:
         def stopped() -> bool:
             return self._closed or (should_stop is not None and should_stop())
 
-        with _ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
+        with ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
             for number, tile in enumerate(tiles):
                 if not self._cursor_rested(yield_to_cursor_s, stopped):
                     return
@@ -297,7 +296,7 @@ class InteractiveSession:
             return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
         encoded, remaining = 0, list(tiles)
-        with _ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
+        with ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
             for done in range(1, len(tiles) + 1):
                 if not self._cursor_rested(yield_to_cursor_s, stopped):
                     break
@@ -692,32 +691,6 @@ class InteractiveSession:
         self._decoder.close()
         if self.owns_engine:
             self.engine.close()
-
-
-class _ReadAhead:
-    """Reads the next tile's encoder input on a worker thread while a tile is encoded: from a GPU
-    server a tile's read (disk, network storage, a dask graph) can take longer than its encode."""
-
-    def __init__(self, read: Callable[[Tile], np.ndarray]) -> None:
-        self._read = read
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="triton-sam-read-ahead")
-        self._reads: dict[Tile, Future] = {}
-
-    def start(self, tile: Tile | None) -> None:
-        """Begin reading `tile` (nothing for None, or a tile being read)."""
-        if tile is not None and tile not in self._reads:
-            self._reads[tile] = self._pool.submit(self._read, tile)
-
-    def take(self, tile: Tile) -> np.ndarray | None:
-        """`tile`'s encoder input if it was read ahead (waiting for the read to finish), else None."""
-        read = self._reads.pop(tile, None)
-        return None if read is None else read.result()
-
-    def __enter__(self) -> _ReadAhead:
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)  # a read under way finishes: reads cannot be stopped
 
 
 def _in_tile(kwargs: dict, tile: Tile) -> dict:

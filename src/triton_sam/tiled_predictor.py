@@ -14,7 +14,17 @@ from .image import ContrastLimits, encoder_input, read_window
 from .predictor import EngineOwner, decode_masks
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
-from .tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
+from .tiles import (
+    TILE_OVERLAP,
+    ReadAhead,
+    Tile,
+    needs_tiling,
+    place,
+    prompt_corners,
+    prompts_in_tile,
+    tile_for_prompts,
+    tile_grid,
+)
 
 LIMITS_SAMPLE_SIDE = 2048  # contrast limits of a non-uint8 plane come from at most ~this^2 pixels
 
@@ -75,16 +85,23 @@ class TiledPredictor(EngineOwner):
     def tile_features(self, tile: Tile) -> ImageFeatures:
         """The features of one tile (encoded now unless cached)."""
         self._require_image()
+        return self.cache.features(self._tile_input(tile))
+
+    def _tile_input(self, tile: Tile) -> np.ndarray:
         window = read_window(self._plane, tile.y0, tile.y1, tile.x0, tile.x1, self.spec.max_read_side)
-        return self.cache.features(encoder_input(window, self.spec, self._contrast))
+        return encoder_input(window, self.spec, self._contrast)
 
     def encode_tiles(self, tiles: Sequence[Tile] | None = None, on_progress: Callable[[int, int], None] | None = None) -> None:
-        """Encode `tiles` (default: all) ahead of prompts; `on_progress(done, total)` after each."""
+        """Encode `tiles` (default: all) ahead of prompts, each read while the one before it is
+        encoded (`tiles.ReadAhead`); `on_progress(done, total)` after each."""
+        self._require_image()
         tiles = self.tiles if tiles is None else tiles
-        for done, tile in enumerate(tiles, 1):
-            self.tile_features(tile)
-            if on_progress is not None:
-                on_progress(done, len(tiles))
+        with ReadAhead(self._tile_input) as ahead:
+            for done, tile in enumerate(tiles, 1):
+                ahead.start(tiles[done] if done < len(tiles) else None)
+                self.cache.features(ahead.take(tile))
+                if on_progress is not None:
+                    on_progress(done, len(tiles))
 
     def predict_in_tile(
         self,
