@@ -205,3 +205,18 @@ class SlowReads(ReadLog):
     def read_at(self, y0: int, y1: int, x0: int, x1: int) -> float:
         """When the read of window [y0:y1, x0:x1] began."""
         return next(t for key, t in self.started if key == (slice(y0, y1), slice(x0, x1)))
+
+
+def slow_encodes(engine, seconds: float, monkeypatch) -> list[float]:
+    """Make `engine.encode` take `seconds` longer (a slow encoder, for timing); the list it returns
+    receives when each encode ended."""
+    ended, encode = [], engine.encode
+
+    def slow_encode(image: np.ndarray):
+        time.sleep(seconds)
+        features = encode(image)
+        ended.append(time.perf_counter())
+        return features
+
+    monkeypatch.setattr(engine, "encode", slow_encode)
+    return ended

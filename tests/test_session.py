@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from synthetic import ReadLog, SlowReads, disk_image
+from synthetic import ReadLog, SlowReads, disk_image, slow_encodes
 from triton_sam import Predictor
 from triton_sam.engines import create_engine
 from triton_sam.prompts import model_request
@@ -392,15 +392,7 @@ def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, enc
     """From slow storage, a tile's read overlaps the encode of the tile before it (on a GPU server
     a read can take longer than an encode), on the plane shown and on one prefetched."""
     plane = SlowReads(BIG, 0.2)
-    encoded, encode = [], session.engine.encode
-
-    def slow_encode(image: np.ndarray):
-        time.sleep(0.2)
-        features = encode(image)
-        encoded.append(time.perf_counter())
-        return features
-
-    monkeypatch.setattr(session.engine, "encode", slow_encode)
+    encoded = slow_encodes(session.engine, 0.2, monkeypatch)
     session.set_plane(("slow", 0), plane)
     tiles = session.tiles[:3]
     if encode_or_prefetch == "encode_tiles":

@@ -3,12 +3,10 @@ masks placed on the plane, and small planes exactly as `Predictor` does them."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
-from synthetic import SlowReads, disk_image
+from synthetic import SlowReads, disk_image, slow_encodes
 from triton_sam import Predictor
 from triton_sam.errors import InvalidInputError
 from triton_sam.tiled_predictor import TiledPredictor, sampled_limits
@@ -64,15 +62,7 @@ def test_tiles_are_encoded_once_when_first_needed_and_ahead_on_request(tiled, pl
 def test_encoding_ahead_reads_each_tile_while_the_one_before_it_is_encoded(tiled, plane, monkeypatch):
     """From slow storage, a tile's read overlaps the encode of the tile before it."""
     slow = SlowReads(plane, 0.2)
-    encoded, encode = [], tiled.engine.encode
-
-    def slow_encode(image: np.ndarray):
-        time.sleep(0.2)
-        features = encode(image)
-        encoded.append(time.perf_counter())
-        return features
-
-    monkeypatch.setattr(tiled.engine, "encode", slow_encode)
+    encoded = slow_encodes(tiled.engine, 0.2, monkeypatch)
     tiled.set_image(slow)
     tiled.encode_tiles(tiled.tiles[:3])
     read = [slow.read_at(tile.y0, tile.y1, tile.x0, tile.x1) for tile in tiled.tiles[:3]]
