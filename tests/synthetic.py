@@ -202,9 +202,12 @@ class SlowReads(ReadLog):
         time.sleep(self.seconds)
         return super().__getitem__(key)
 
-    def read_at(self, y0: int, y1: int, x0: int, x1: int) -> float:
-        """When the read of window [y0:y1, x0:x1] began."""
-        return next(t for key, t in self.started if key == (slice(y0, y1), slice(x0, x1)))
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.asarray(self[...], dtype)  # read whole: key `...`
+
+    def read_at(self, key) -> float:
+        """When the read of `key` (a tile's window; `...`: the whole plane) began."""
+        return next(t for read, t in self.started if read == key)
 
 
 def slow_encodes(engine, seconds: float, monkeypatch) -> list[float]:

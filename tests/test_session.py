@@ -399,8 +399,23 @@ def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, enc
         assert session.encode_tiles(tiles) == 3
     else:
         session.prefetch(plane, tiles=tiles)
-    read = [plane.read_at(tile.y0, tile.y1, tile.x0, tile.x1) for tile in tiles]
+    read = [plane.read_at(tile.window) for tile in tiles]
     assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
+
+
+def test_a_stack_is_prefetched_plane_by_plane_each_read_while_the_one_before_is_encoded(session, monkeypatch):
+    """`prefetch_planes` (napari's "Encode all planes"): every plane into the cache, progress after
+    each, each whole plane read while the one before it is encoded; stopped, it encodes no more."""
+    planes = [SlowReads(disk_image(H, W, [(60 + 40 * i, 100, 30)]), 0.2) for i in range(3)]
+    encoded = slow_encodes(session.engine, 0.2, monkeypatch)
+    assert list(session.prefetch_planes([(plane, None) for plane in planes])) == [1, 2, 3]
+    read = [plane.read_at(...) for plane in planes]
+    assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
+    misses = session.cache.misses
+    session.set_plane(("stack", 2), planes[2].array)
+    assert session.cache.misses == misses  # found in the cache
+    others = [(disk_image(H, W, [(200, 100 + 20 * i, 30)]), None) for i in range(3)]
+    assert list(session.prefetch_planes(others, should_stop=lambda: len(encoded) >= 4)) == [1]
 
 
 def test_encoding_tiles_stops_when_asked_when_the_plane_changes_or_when_the_session_closes(big_session):

@@ -65,7 +65,7 @@ def test_encoding_ahead_reads_each_tile_while_the_one_before_it_is_encoded(tiled
     encoded = slow_encodes(tiled.engine, 0.2, monkeypatch)
     tiled.set_image(slow)
     tiled.encode_tiles(tiled.tiles[:3])
-    read = [slow.read_at(tile.y0, tile.y1, tile.x0, tile.x1) for tile in tiled.tiles[:3]]
+    read = [slow.read_at(tile.window) for tile in tiled.tiles[:3]]
     assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
 
 

@@ -14,6 +14,8 @@ hold (a zoomed-out tile of a plane with no pyramid level to match) are reduced w
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 from PIL import Image
@@ -137,3 +139,29 @@ def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastL
     plane = to_uint8(image, contrast_limits)
     plane = resize_uint8(plane, *spec.sent_hw(plane.shape[:2]))
     return plane[..., None] if plane.ndim == 2 else plane
+
+
+class ReadAhead:
+    """Reads the next image (a tile, a plane; `read(key)`) on a worker thread while one is encoded:
+    from a GPU server a read from disk, network storage or a dask graph can take longer than the encode."""
+
+    def __init__(self, read: Callable[[Hashable], np.ndarray]) -> None:
+        self._read = read
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="triton-sam-read-ahead")
+        self._reads: dict[Hashable, Future] = {}
+
+    def start(self, key: Hashable | None) -> None:
+        """Begin reading `key` (nothing for None, or one being read)."""
+        if key is not None and key not in self._reads:
+            self._reads[key] = self._pool.submit(self._read, key)
+
+    def take(self, key: Hashable) -> np.ndarray:
+        """What `key` reads: read ahead (waiting for the read to finish), or read now."""
+        read = self._reads.pop(key, None)
+        return self._read(key) if read is None else read.result()
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)  # a read under way finishes: reads cannot be stopped

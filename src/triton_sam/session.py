@@ -16,7 +16,8 @@ on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor move
   (`encode_tiles`, the tiles in view first) rather than by `set_plane`; each decode uses the tile
   that holds its prompts best, and masks come as that tile's crop with its `offset` on the plane.
   The cursor over a tile not encoded yet gets no preview; a click there encodes its tile. While a
-  tile is encoded, the next one is read (slow storage need not wait for the encoder).
+  tile (or, encoding a stack ahead, a plane) is encoded, the next one is read (slow storage need
+  not wait for the encoder).
   Zoomed out, the caller asks for coarser tiles (`set_tile_step`): previews then come at the
   tiles' reduced resolution and `commit` stores the object at full resolution.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -34,11 +35,11 @@ import numpy as np
 from .engines import CancelToken, Engine, ImageFeatures
 from .errors import InvalidInputError
 from .features import FeatureCache
-from .image import ContrastLimits, encoder_input, read_window
+from .image import ContrastLimits, ReadAhead, encoder_input, read_window
 from .prompts import model_request
 from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
 from .tiled_predictor import plane_limits
-from .tiles import ReadAhead, Tile, needs_tiling, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
+from .tiles import Tile, needs_tiling, prompt_corners, prompts_in_tile, tile_for_prompts, tile_grid
 
 Offset = tuple[int, int]  # (row, column) of a mask crop's first pixel on its plane
 
@@ -211,6 +212,30 @@ class InteractiveSession:
                     return
                 ahead.start(tiles[number + 1] if number + 1 < len(tiles) else None)
                 self._tile_features(plane, tile, ahead.take(tile))
+
+    def prefetch_planes(
+        self,
+        planes: Sequence[tuple[object, Mapping[int, object] | None]],
+        contrast_limits: ContrastLimits | None = None,
+        tiles: Sequence[Tile] = (),
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[int]:
+        """`prefetch` each of `planes` (image, pyramid levels; e.g. every plane of a stack), yielding
+        how many are done, until `should_stop()` says so. A plane encoded whole is read while the
+        one before it is encoded (`image.ReadAhead`), as tiles are."""
+
+        def whole(number: int) -> bool:
+            return number < len(planes) and not self.is_tiled(planes[number][0].shape[:2])
+
+        with ReadAhead(lambda number: np.asarray(planes[number][0])) as ahead:
+            for number, (image, levels) in enumerate(planes):
+                if self._closed or (should_stop is not None and should_stop()):
+                    return
+                if whole(number):
+                    ahead.start(number + 1 if whole(number + 1) else None)
+                    image = ahead.take(number)
+                self.prefetch(image, contrast_limits, tiles, levels, should_stop)
+                yield number + 1
 
     def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
         """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews

@@ -10,13 +10,12 @@ import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
 from .features import FeatureCache
-from .image import ContrastLimits, encoder_input, read_window
+from .image import ContrastLimits, ReadAhead, encoder_input, read_window
 from .predictor import EngineOwner, decode_masks
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
 from .tiles import (
     TILE_OVERLAP,
-    ReadAhead,
     Tile,
     needs_tiling,
     place,
@@ -93,7 +92,7 @@ class TiledPredictor(EngineOwner):
 
     def encode_tiles(self, tiles: Sequence[Tile] | None = None, on_progress: Callable[[int, int], None] | None = None) -> None:
         """Encode `tiles` (default: all) ahead of prompts, each read while the one before it is
-        encoded (`tiles.ReadAhead`); `on_progress(done, total)` after each."""
+        encoded (`image.ReadAhead`); `on_progress(done, total)` after each."""
         self._require_image()
         tiles = self.tiles if tiles is None else tiles
         with ReadAhead(self._tile_input) as ahead:

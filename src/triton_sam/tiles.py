@@ -16,8 +16,7 @@ tile holds (an object wider than a tile less its overlap) are refused with a mes
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,29 +153,3 @@ def view_order(tiles: Sequence[Tile], view: Tile, around: int) -> tuple[list[Til
     inside = sorted((t for t in tiles if meets(t, 0)), key=distance)
     near = sorted((t for t in tiles if meets(t, around) and not meets(t, 0)), key=distance)
     return inside, near
-
-
-class ReadAhead:
-    """Reads the next tile's encoder input on a worker thread while a tile is encoded: from a GPU
-    server a tile's read (disk, network storage, a dask graph) can take longer than its encode."""
-
-    def __init__(self, read: Callable[[Tile], np.ndarray]) -> None:
-        self._read = read
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="triton-sam-read-ahead")
-        self._reads: dict[Tile, Future] = {}
-
-    def start(self, tile: Tile | None) -> None:
-        """Begin reading `tile` (nothing for None, or a tile being read)."""
-        if tile is not None and tile not in self._reads:
-            self._reads[tile] = self._pool.submit(self._read, tile)
-
-    def take(self, tile: Tile) -> np.ndarray:
-        """`tile`'s encoder input: read ahead (waiting for the read to finish), or read now."""
-        read = self._reads.pop(tile, None)
-        return self._read(tile) if read is None else read.result()
-
-    def __enter__(self) -> ReadAhead:
-        return self
-
-    def __exit__(self, *_) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)  # a read under way finishes: reads cannot be stopped

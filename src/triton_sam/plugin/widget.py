@@ -349,10 +349,8 @@ class TritonSamWidget(SettingsForm):
         tiles = self._view_tiles() if self._large else []
 
         def encode_all():
-            for done, index in enumerate(indices, 1):
-                data, levels = layers.plane_data(image, index), layers.plane_levels(image, index)
-                session.prefetch(data, contrast, tiles, levels, lambda: worker.abort_requested)
-                yield done
+            planes = [(layers.plane_data(image, index), layers.plane_levels(image, index)) for index in indices]
+            yield from session.prefetch_planes(planes, contrast, tiles, lambda: worker.abort_requested)
 
         worker = create_worker(
             encode_all,
