@@ -14,7 +14,7 @@ hold (a zoomed-out tile of a plane with no pyramid level to match) are reduced w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -159,6 +159,11 @@ class ReadAhead:
         """What `key` reads: read ahead (waiting for the read to finish), or read now."""
         read = self._reads.pop(key, None)
         return self._read(key) if read is None else read.result()
+
+    def take_in_order(self, keys: Sequence[Hashable], index: int) -> np.ndarray:
+        """What `keys[index]` reads, the read of the key after it begun first."""
+        self.start(keys[index + 1] if index + 1 < len(keys) else None)
+        return self.take(keys[index])
 
     def __enter__(self) -> ReadAhead:
         return self

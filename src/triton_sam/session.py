@@ -210,8 +210,7 @@ class InteractiveSession:
             for number, tile in enumerate(tiles):
                 if not self._cursor_rested(yield_to_cursor_s, stopped):
                     return
-                ahead.start(tiles[number + 1] if number + 1 < len(tiles) else None)
-                self._tile_features(plane, tile, ahead.take(tile))
+                self._tile_features(plane, tile, ahead.take_in_order(tiles, number))
 
     def prefetch_planes(
         self,
@@ -224,17 +223,16 @@ class InteractiveSession:
         how many are done, until `should_stop()` says so. A plane encoded whole is read while the
         one before it is encoded (`image.ReadAhead`), as tiles are."""
 
-        def whole(number: int) -> bool:
-            return number < len(planes) and not self.is_tiled(planes[number][0].shape[:2])
+        def read(number: int):
+            image = planes[number][0]
+            return image if self.is_tiled(image.shape[:2]) else np.asarray(image)  # tiles: read as encoded
 
-        with ReadAhead(lambda number: np.asarray(planes[number][0])) as ahead:
-            for number, (image, levels) in enumerate(planes):
+        numbers = range(len(planes))
+        with ReadAhead(read) as ahead:
+            for number, (_, levels) in enumerate(planes):
                 if self._closed or (should_stop is not None and should_stop()):
                     return
-                if whole(number):
-                    ahead.start(number + 1 if whole(number + 1) else None)
-                    image = ahead.take(number)
-                self.prefetch(image, contrast_limits, tiles, levels, should_stop)
+                self.prefetch(ahead.take_in_order(numbers, number), contrast_limits, tiles, levels, should_stop)
                 yield number + 1
 
     def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:

@@ -96,11 +96,10 @@ class TiledPredictor(EngineOwner):
         self._require_image()
         tiles = self.tiles if tiles is None else tiles
         with ReadAhead(self._tile_input) as ahead:
-            for done, tile in enumerate(tiles, 1):
-                ahead.start(tiles[done] if done < len(tiles) else None)
-                self.cache.features(ahead.take(tile))
+            for index in range(len(tiles)):
+                self.cache.features(ahead.take_in_order(tiles, index))
                 if on_progress is not None:
-                    on_progress(done, len(tiles))
+                    on_progress(index + 1, len(tiles))
 
     def predict_in_tile(
         self,
