@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import PARITY_SEED, require_export_extra
+from synthetic import ReadLog, SlowReads, slow_encodes
 from triton_sam.bench.fixtures import bench_volume, official_fills_holes, official_video_predictor, official_volume_state
 from triton_sam.bench.parity import mask_iou
 from triton_sam.errors import InvalidInputError
@@ -167,3 +168,25 @@ def test_bad_prompts_are_refused_and_change_nothing(exported_repository):
             ours.init_state(np.zeros((64, 80), np.uint8))
     with pytest.raises(InvalidInputError, match="SAM2.1 model"):
         VolumePredictor("mobile_sam", model_repository=exported_repository(MODEL))
+
+
+def test_propagation_reads_each_plane_once_and_the_next_while_one_is_tracked(exported_repository, monkeypatch):
+    """From slow storage (a zarr or dask stack; on a GPU server a read can take longer than an
+    encode) each plane is read once for all objects, while the plane before it is encoded and
+    tracked; a lazy stack's contrast limits are found a plane at a time."""
+    require_export_extra()
+    volume = bench_volume(5, (64, 80))
+    with VolumePredictor(MODEL, model_repository=exported_repository(MODEL)) as ours:
+        lazy = ReadLog(volume)  # no min(), as zarr
+        assert ours.init_state(lazy).contrast_limits == (volume.min(), volume.max())
+        assert sorted(lazy.reads) == [(z,) for z in range(5)]
+        slow = SlowReads(volume, 0.2)
+        state = ours.init_state(slow, contrast_limits=(0, 5000))
+        ours.add_new_points_or_box(state, 0, 1, points=[[20, 20]], labels=[1])
+        ours.add_new_points_or_box(state, 0, 2, points=[[60, 40]], labels=[1])
+        slow.started.clear()
+        encoded = slow_encodes(ours.engine, 0.2, monkeypatch)
+        assert [frame for frame, _, _ in ours.propagate_in_video(state)] == list(range(5))
+    assert sorted(key for key, _ in slow.started) == [(z,) for z in range(5)]  # plane 0 for its memories
+    read = [slow.read_at((z,)) for z in range(1, 5)]
+    assert len(encoded) == 4 and all(read[k + 1] < encoded[k] for k in range(3))

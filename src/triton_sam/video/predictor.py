@@ -14,7 +14,7 @@ from ..engines.local import LocalEngine
 from ..engines.triton import TritonEngine
 from ..errors import InvalidInputError
 from ..features import FeatureCache
-from ..image import ContrastLimits, encoder_input
+from ..image import ContrastLimits, ReadAhead, encoder_input
 from ..masks import fill_holes
 from ..predictor import EngineOwner
 from ..prompts import DecodeRequest, model_request
@@ -41,7 +41,8 @@ class VolumeState:
     tracks: list[ObjectTrack] = field(default_factory=list)  # by object index
 
     def plane(self, frame: int) -> np.ndarray:
-        return np.asarray(np.take(self.volume, frame, axis=self.axis))
+        """Plane `frame`, read alone: indexing reads one plane of a zarr array (`np.take` read it whole)."""
+        return np.asarray(self.volume[(slice(None),) * self.axis + (frame,)])
 
     def obj_index(self, obj_id, create: bool = False) -> int:
         if obj_id in self.obj_ids:
@@ -124,10 +125,11 @@ class VolumePredictor(EngineOwner):
         axis = axis % len(shape)
         if len(shape) == 4 and axis == 3:
             raise InvalidInputError("The channel axis cannot be the stacking axis.")
-        if contrast_limits is None and volume.dtype != np.uint8:
-            contrast_limits = (float(volume.min()), float(volume.max()))
         plane_shape = [s for i, s in enumerate(shape[:3]) if i != axis]
-        return VolumeState(volume, axis, shape[axis], plane_shape[0], plane_shape[1], contrast_limits)
+        state = VolumeState(volume, axis, shape[axis], plane_shape[0], plane_shape[1], contrast_limits)
+        if contrast_limits is None and volume.dtype != np.uint8:
+            state.contrast_limits = _volume_limits(state)
+        return state
 
     def add_new_points_or_box(
         self,
@@ -164,7 +166,8 @@ class VolumePredictor(EngineOwner):
         is_init_cond, reverse, is_cond = self._prompt_kind(track, frame_idx)
         previous = track.latest(frame_idx, is_cond)
         prev_logits = None if previous is None else self.spec.as_mask_input(previous.pred_masks)
-        out = self._track_plane(state, track, frame_idx, is_init_cond, reverse, (coords, point_labels), prev_logits)
+        plane = self._plane(state, frame_idx)
+        out = self._track_plane(plane, state, track, frame_idx, is_init_cond, reverse, (coords, point_labels), prev_logits)
         track.temp(is_cond)[frame_idx] = out
         return frame_idx, list(state.obj_ids), self._plane_masks(state, frame_idx, is_cond)
 
@@ -208,19 +211,24 @@ class VolumePredictor(EngineOwner):
         else:
             end = min(start_frame_idx + max_frame_num_to_track, num_frames - 1)
             order = range(start_frame_idx, end + 1)
-        for frame in order:
-            low_res = []
-            for track in state.tracks:
-                if frame in track.cond:
-                    out = track.cond[frame]
-                    if self.clear_non_cond_mem_around_input:
-                        self._clear_non_cond_memories(track, frame)
-                else:
-                    out = self._track_plane(state, track, frame, False, reverse, None, None, run_mem_encoder=True)
-                    track.non_cond[frame] = out
-                track.tracked[frame] = reverse
-                low_res.append(out.pred_masks)
-            yield frame, list(state.obj_ids), self._video_res(state, np.concatenate(low_res))
+        tracked = [frame for frame in order if any(frame not in track.cond for track in state.tracks)]
+        position = {frame: i for i, frame in enumerate(tracked)}
+        with ReadAhead(lambda frame: self._model_input(state, frame)) as reads:
+            for frame in order:
+                # Each plane read once for all objects, the next one read while this one is tracked.
+                plane = self.video.plane(reads.take_in_order(tracked, position[frame])) if frame in position else None
+                low_res = []
+                for track in state.tracks:
+                    if frame in track.cond:
+                        out = track.cond[frame]
+                        if self.clear_non_cond_mem_around_input:
+                            self._clear_non_cond_memories(track, frame)
+                    else:
+                        out = self._track_plane(plane, state, track, frame, False, reverse, None, None, run_mem_encoder=True)
+                        track.non_cond[frame] = out
+                    track.tracked[frame] = reverse
+                    low_res.append(out.pred_masks)
+                yield frame, list(state.obj_ids), self._video_res(state, np.concatenate(low_res))
 
     def reset_state(self, state: VolumeState) -> None:
         """Forget every object and its prompts and results (the planes' features stay cached)."""
@@ -231,6 +239,7 @@ class VolumePredictor(EngineOwner):
 
     def _track_plane(
         self,
+        plane,
         state: VolumeState,
         track: ObjectTrack,
         frame: int,
@@ -240,8 +249,8 @@ class VolumePredictor(EngineOwner):
         prev_logits: np.ndarray | None,
         run_mem_encoder: bool = False,
     ) -> FrameOutput:
-        """Decode one object on one plane with its prompts and memories (`SAM2Base.track_step`)."""
-        plane = self._plane(state, frame)
+        """Decode one object on `plane` (plane `frame`, as `_plane` gives it) with its prompts and memories
+        (`SAM2Base.track_step`)."""
         memories = None if is_init_cond else memory_inputs(track, frame, reverse, state.num_frames, self.settings)
         num_points = 0 if points is None else points[1].shape[1]
         coords, labels = points or PADDING  # no clicks: a padding point, as the official model
@@ -273,7 +282,11 @@ class VolumePredictor(EngineOwner):
 
     def _plane(self, state: VolumeState, frame: int):
         """Plane `frame` as the backend holds it (encoded on first use, cached by content)."""
-        return self.video.plane(encoder_input(state.plane(frame), self.spec, state.contrast_limits))
+        return self.video.plane(self._model_input(state, frame))
+
+    def _model_input(self, state: VolumeState, frame: int) -> np.ndarray:
+        """Plane `frame` read and made the encoder's input."""
+        return encoder_input(state.plane(frame), self.spec, state.contrast_limits)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -287,12 +300,14 @@ class VolumePredictor(EngineOwner):
         """Encode the memories of newly prompted planes and keep them (`propagate_in_video_preflight`)."""
         if not state.tracks:
             raise InvalidInputError("No object has prompts yet: add points, a box or a mask first.")
+        planes = {}  # read once for all objects
         for obj_id, track in zip(state.obj_ids, state.tracks):
             for cond in (False, True):
                 for frame, out in track.temp(cond).items():
                     if out.memory is None:
-                        plane = self._plane(state, frame)
-                        out.memory = self._remember(plane, out.pred_masks, out.object_score_logits, from_points=True)
+                        if frame not in planes:
+                            planes[frame] = self._plane(state, frame)
+                        out.memory = self._remember(planes[frame], out.pred_masks, out.object_score_logits, from_points=True)
                     track.outputs(cond)[frame] = out
                     if self.clear_non_cond_mem_around_input:
                         self._clear_non_cond_memories(track, frame)
@@ -325,6 +340,14 @@ class VolumePredictor(EngineOwner):
     def _check_frame(self, state: VolumeState, frame: int) -> None:
         if not (isinstance(frame, int | np.integer) and 0 <= frame < state.num_frames):
             raise InvalidInputError(f"Plane {frame!r} is not in this stack of {state.num_frames} planes.")
+
+
+def _volume_limits(state: VolumeState) -> ContrastLimits:
+    """The volume's min and max; of a lazy volume (zarr has no `min`), read a plane at a time, once."""
+    if isinstance(state.volume, np.ndarray):
+        return float(state.volume.min()), float(state.volume.max())
+    lows, highs = zip(*((float(p.min()), float(p.max())) for p in map(state.plane, range(state.num_frames))))
+    return min(lows), max(highs)
 
 
 def _given(value: bool | None, default: bool) -> bool:
