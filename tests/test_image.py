@@ -6,7 +6,7 @@ import pytest
 
 from synthetic import ReadLog
 from triton_sam.errors import InvalidInputError
-from triton_sam.image import encoder_input, read_window, to_uint8
+from triton_sam.image import ArrayView, encoder_input, lazy_index, read_window, to_uint8
 from triton_sam.registry import get_model
 
 SAM2 = get_model("sam2.1_hiera_tiny")
@@ -171,3 +171,21 @@ def test_a_zoomed_out_tile_of_a_huge_plane_is_read_without_holding_its_window():
     assert window.shape == (4096, 4096) and window.dtype == np.uint16 and peak < 3 * window.nbytes
     assert (window[1250:2250, 1500:3000] == 50000).all() and window[1249, 1500:3000].max() == 0
     assert (window[0:1024:2, 0:1024:2] == 250).all() and (window[1:1024:2, :1024] == 0).all()
+
+
+def test_a_view_of_a_lazy_array_reads_only_what_it_is_indexed_with():
+    """A plane of a stack, or a stack through a 4-D array, read a window or a plane at a time:
+    zarr reads whatever it is indexed with at once."""
+    data = np.arange(3 * 4 * 20 * 30, dtype=np.uint16).reshape(3, 4, 20, 30)
+    log = ReadLog(data)
+    plane = lazy_index(log, (2, 1))
+    assert isinstance(plane, ArrayView) and plane.shape == (20, 30) and plane.dtype == np.uint16 and log.reads == []
+    np.testing.assert_array_equal(plane[5:9, ::7], data[2, 1, 5:9, ::7])
+    assert log.reads == [(2, 1, slice(5, 9), slice(None, None, 7))]
+    stack = ArrayView(log, (2, slice(None)))  # the planes through t = 2 along z
+    assert stack.shape == (4, 20, 30) and stack.ndim == 3
+    np.testing.assert_array_equal(stack[3], data[2, 3])
+    np.testing.assert_array_equal(stack[1:3, ..., 4], data[2, 1:3, :, 4])
+    np.testing.assert_array_equal(np.asarray(stack), data[2])
+    assert log.reads[1:] == [(2, 3), (2, slice(1, 3), slice(None), 4), (2, slice(None))]
+    assert np.shares_memory(lazy_index(data, (0,)), data)  # numpy: a view, as before

@@ -141,6 +141,42 @@ def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastL
     return plane[..., None] if plane.ndim == 2 else plane
 
 
+class ArrayView:
+    """`array[index]` read only when it is indexed further or converted (`index`: ints over the
+    leading axes, or full slices to keep an axis). numpy and dask slice lazily themselves; zarr reads
+    what it is indexed with at once, so `zarr_array[3]` would read a whole plane where one tile is
+    needed, and `zarr_array[:, 3]` a whole stack where one plane is. Keys are basic: ints and slices
+    (and one `...`), the first of them for the first kept axis."""
+
+    def __init__(self, array, index: tuple) -> None:
+        self.array, self.index = array, tuple(index)
+        kept = [n for i, n in zip(self.index, array.shape) if isinstance(i, slice)]
+        self.shape = (*kept, *array.shape[len(self.index) :])
+        self.dtype = np.dtype(array.dtype)
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key):
+        given = iter(_without_ellipsis(key if isinstance(key, tuple) else (key,), self.ndim))
+        full = tuple(next(given, slice(None)) if isinstance(i, slice) else i for i in self.index)
+        return self.array[full + tuple(given)]
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.asarray(self.array[self.index], dtype)
+
+
+def lazy_index(array, index: tuple):
+    """`array[index]` without reading it: a numpy view, else an `ArrayView`."""
+    return array[index] if isinstance(array, np.ndarray) else ArrayView(array, index)
+
+
+def _without_ellipsis(key: tuple, ndim: int) -> tuple:
+    """`key` with its `...` (if any) spelt out as full slices."""
+    at = next((i for i, k in enumerate(key) if k is Ellipsis), None)
+    if at is None:
+        return key
+    return key[:at] + (slice(None),) * (ndim - len(key) + 1) + key[at + 1 :]
+
+
 class ReadAhead:
     """Reads the next image (a tile, a plane; `read(key)`) on a worker thread while one is encoded:
     from a GPU server a read from disk, network storage or a dask graph can take longer than the encode."""

@@ -23,6 +23,25 @@ def test_rgb_planes_keep_their_colour_axis():
     assert layers.plane_data(image, (1,)).shape == (20, 40, 3)
 
 
+def test_planes_and_stacks_of_a_zarr_layer_are_read_only_where_they_are_used():
+    """napari shows a zarr array as it is; indexing it reads at once (a whole plane for one tile,
+    a whole stack for one plane), so the plugin keeps its planes and stacks lazy."""
+    from triton_sam.plugin.propagation import stack_data
+
+    zarr = pytest.importorskip("zarr")
+    data = np.random.default_rng(0).integers(0, 4000, (2, 5, 40, 60), dtype=np.uint16)
+    array = zarr.create_array(store={}, shape=data.shape, chunks=(1, 1, 20, 30), dtype=data.dtype)
+    array[:] = data
+    image = Image(array)
+    plane = layers.plane_data(image, (1, 3))
+    assert not isinstance(plane, np.ndarray) and plane.shape == (40, 60)
+    np.testing.assert_array_equal(plane[10:30, 20:50], data[1, 3, 10:30, 20:50])
+    stack = stack_data(image, (1, 3), axis=1)
+    assert not isinstance(stack, np.ndarray) and stack.shape == (5, 40, 60)
+    np.testing.assert_array_equal(stack[4], data[1, 4])
+    np.testing.assert_array_equal(np.asarray(stack), data[1])
+
+
 def test_a_commit_never_paints_over_existing_labels_and_can_be_undone():
     objects = Labels(np.zeros((2, 10, 10), np.uint32))
     objects.data[1, 0:5, 0:5] = 7  # the user's own annotation

@@ -14,6 +14,7 @@ import numpy as np
 from napari.layers import Image, Labels, Points, Shapes
 from napari.utils.colormaps import DirectLabelColormap
 
+from ..image import lazy_index
 from ..session import Offset
 
 PREVIEW_NAME = "triton-sam preview"
@@ -66,7 +67,7 @@ def plane_data(layer: Image, index: tuple[int, ...]):
     """The plane, (Y, X) or (Y, X, C) for RGB(A), at full resolution (a multiscale layer's level 0),
     as the layer holds it: a dask or zarr plane is read only where the session reads it."""
     data = layer.data[0] if layer.multiscale else layer.data
-    return data[index]
+    return lazy_index(data, index)
 
 
 def _plane_factor(layer: Image, level: int) -> int | None:
@@ -81,7 +82,7 @@ def plane_levels(layer: Image, index: tuple[int, ...]) -> dict[int, object]:
     if not layer.multiscale:
         return {}
     factors = {level: _plane_factor(layer, level) for level in range(1, len(layer.data))}
-    return {factor: layer.data[level][index] for level, factor in factors.items() if factor and factor > 1}
+    return {factor: lazy_index(layer.data[level], index) for level, factor in factors.items() if factor and factor > 1}
 
 
 def screen_step(layer: Image, zoom: float) -> int:

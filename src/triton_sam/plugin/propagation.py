@@ -17,6 +17,7 @@ from napari.layers import Image, Labels
 from napari.qt.threading import create_worker
 
 from ..features import FeatureCache
+from ..image import lazy_index
 from ..registry import ModelSpec
 from ..video import VolumePredictor, VolumeState
 from ..video.propagation import BACKWARDS, FORWARDS, propagate_mask
@@ -36,7 +37,7 @@ def stack_axis(image: Image, last_used: int, viewer_ndim: int) -> int | None:
 def stack_data(image: Image, index: tuple[int, ...], axis: int):
     """The planes through `index` along `axis` (level 0 of a multiscale layer), lazily for dask/zarr."""
     data = image.data[0] if image.multiscale else image.data
-    return data[index[:axis] + (slice(None),) + index[axis + 1 :]]
+    return lazy_index(data, index[:axis] + (slice(None),) + index[axis + 1 :])
 
 
 class LabelPropagation:
