@@ -155,9 +155,20 @@ def test_it_works_whichever_layer_is_active_and_alt_click_excludes(qtbot, viewer
     widget.close_session()
 
 
-def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another_plane(qtbot, viewer, synthetic_repository):
+def _zarr(data: np.ndarray):
+    """`data` as an in-memory zarr array, a plane a chunk (napari shows zarr arrays as they are)."""
+    zarr = pytest.importorskip("zarr")
+    array = zarr.create_array(store={}, shape=data.shape, chunks=(1, *data.shape[1:]), dtype=data.dtype)
+    array[:] = data
+    return array
+
+
+@pytest.mark.parametrize("stored", ["numpy", "zarr"])
+def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another_plane(
+    qtbot, viewer, synthetic_repository, stored
+):
     stack = np.stack([disk_image(H, W, [(80, 80, 40)]), disk_image(H, W, [(300, 150, 50)])])
-    image = viewer.add_image(stack)
+    image = viewer.add_image(stack if stored == "numpy" else _zarr(stack))
     viewer.dims.set_current_step(0, 0)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
