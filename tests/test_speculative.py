@@ -316,6 +316,17 @@ def test_latency_is_measured_from_the_event():
     assert 10 <= snapshot["run_ms"]["p50"] < snapshot["latency_ms"]["p50"] - 45  # the run alone: not the wait
 
 
+def test_hover_previews_are_counted_apart_from_prompt_results():
+    """The status line's "N of M mouse moves previewed": clicks are results but no mouse moves."""
+    engine, recorder = FakeEngine(0.005), Recorder()
+    with SpeculativeDecoder(recorder) as decoder:
+        for name in ("h1", "click", "h2", "click-2"):
+            (decoder.prompt if name.startswith("click") else decoder.hover)(engine.job(name))
+            _wait_idle(decoder)
+    stats = decoder.stats
+    assert (stats.delivered, stats.hovers_delivered, stats.events) == (4, 2, 2)
+
+
 def test_overdue_policy_lets_a_short_running_job_finish_and_cancels_a_stuck_one():
     engine = FakeEngine(latency_s=0.1)
     recorder = Recorder()

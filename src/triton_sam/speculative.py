@@ -84,7 +84,8 @@ class SchedulerStats:
     cancelled: int = 0  # sent, then cancelled before they finished
     executed: int = 0  # sent and finished
     failed: int = 0  # sent and raised an error
-    delivered: int = 0
+    delivered: int = 0  # hover and prompt results shown
+    hovers_delivered: int = 0  # of those, hover results: the previews of `events`
     stale_dropped: int = 0  # finished but no longer the newest: not delivered
     latencies_s: list[float] = field(default_factory=list)
     run_s: list[float] = field(default_factory=list)  # how long each executed job ran (the decode)
@@ -333,6 +334,7 @@ class SpeculativeDecoder:
                 self._last_delivered = job.seq
                 latency = self._clock() - job.t_event
                 self.stats.delivered += 1
+                self.stats.hovers_delivered += job.kind == HOVER
                 self.stats.latencies_s.append(latency)
         if error is not None:
             self._on_error(error)

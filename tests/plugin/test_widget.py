@@ -122,6 +122,8 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     click(viewer, world(image, 80, 80))
     preview = viewer.layers[layers.PREVIEW_NAME]
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
+    shown, moves = map(int, re.search(r"(\d+) of (\d+) mouse moves previewed", widget.status.text()).groups())
+    assert shown <= moves  # a click's mask is no mouse move's preview
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)  # made at the first commit
     objects = viewer.layers[layers.objects_name(image)]

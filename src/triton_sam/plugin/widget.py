@@ -536,7 +536,7 @@ class TritonSamWidget(SettingsForm):
         if preview is not None and stats.latencies_s:
             self.set_status(
                 f"{self.session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
-                f"{stats.delivered} of {stats.events} mouse moves previewed"
+                f"{stats.hovers_delivered} of {stats.events} mouse moves previewed"
             )
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
