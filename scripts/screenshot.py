@@ -1,7 +1,7 @@
 """Take the README screenshot of the real widget: `xvfb-run -a python scripts/screenshot.py REPO OUT.png`.
 
-REPO is a model repository (the synthetic test model or a real export); the hover is simulated
-by the same public session call a mouse move makes.
+REPO is a model repository (the synthetic test model or a real export). A coin is clicked and
+committed, then the cursor rests on another, all as real Qt mouse and key events on the canvas.
 """
 
 import sys
@@ -9,10 +9,24 @@ import time
 
 import napari
 import numpy as np
+from qtpy.QtCore import QEvent, Qt
+from qtpy.QtTest import QTest
 from qtpy.QtWidgets import QApplication
 from skimage import data
 
+from triton_sam.bench.gui import send_mouse
 from triton_sam.plugin import layers
+
+TIMEOUT_S = 120
+
+
+def _wait(condition) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the widget did not get there in time")
+        QApplication.processEvents()
+        time.sleep(0.05)
 
 
 def main(repository: str, out: str) -> None:
@@ -23,15 +37,24 @@ def main(repository: str, out: str) -> None:
     widget.backend.setCurrentText("Local")
     widget.repository.setText(repository)
     widget.connect_engine()
-    deadline = time.monotonic() + 120
-    while not widget.ready and time.monotonic() < deadline:
-        QApplication.processEvents()
-        time.sleep(0.05)
-    widget.session.hover(168, 108)  # a coin in the second row
+    _wait(lambda: widget.ready)
+    canvas = viewer.window._qt_viewer.canvas.native
+    left, none = Qt.MouseButton.LeftButton, Qt.MouseButton.NoButton
+
+    def mouse(kind, x, y, button=none, buttons=none) -> None:
+        send_mouse(viewer, canvas, kind, image.data_to_world([y, x]), button, buttons)
+
+    mouse(QEvent.Type.MouseMove, 102, 125)  # a coin in the second row: clicked and committed
+    mouse(QEvent.Type.MouseButtonPress, 102, 125, left, left)
+    mouse(QEvent.Type.MouseButtonRelease, 102, 125, left)
+    _wait(lambda: widget.session.object.decoded_version == widget.session.object.version)
+    QTest.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+    objects = layers.objects_name(image)
+    _wait(lambda: objects in viewer.layers and viewer.layers[objects].data.any())
     preview = viewer.layers[layers.PREVIEW_NAME]
-    while not preview.data.any() and time.monotonic() < deadline:
-        QApplication.processEvents()
-        time.sleep(0.05)
+    mouse(QEvent.Type.MouseMove, 270, 118)  # the cursor rests on another coin of that row
+    _wait(lambda: preview.data[118, 270])
+    viewer.layers.selection.active = image
     viewer.screenshot(out, canvas_only=False)
     widget.close_session()
     print(f"saved {out}; preview pixels: {int(np.count_nonzero(preview.data))}; image {image.data.shape}")

@@ -92,6 +92,28 @@ def test_the_dock_widget_opens_by_plugin_name(viewer):
     widget.close_session()
 
 
+def test_every_field_of_the_panel_shows_its_text_whole(qtbot, viewer):
+    """At the width napari gives the dock, no button, list or number is cut (the planes field
+    once showed "planes" for "all planes")."""
+    from qtpy.QtWidgets import QAbstractSpinBox, QComboBox, QPushButton
+
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    qtbot.waitUntil(lambda: widget.isVisible() and widget.width() > 0, timeout=5000)
+    cut = []
+    for field in widget.findChildren(QPushButton) + widget.findChildren(QComboBox) + widget.findChildren(QAbstractSpinBox):
+        if not field.isVisible():
+            continue
+        if isinstance(field, QAbstractSpinBox):
+            edit = field.lineEdit()
+            text, room = edit.text(), edit.width()
+        else:
+            text, room = field.currentText() if isinstance(field, QComboBox) else field.text(), field.width()
+        if field.fontMetrics().horizontalAdvance(text) > room:
+            cut.append(text)
+    assert not cut, cut
+    widget.close_session()
+
+
 def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image(qtbot, viewer, synthetic_repository):
     image = viewer.add_image(disk_image(H, W, DISKS), scale=(0.5, 2.0), translate=(10.0, -30.0))
     viewer.reset_view()

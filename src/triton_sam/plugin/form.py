@@ -93,8 +93,8 @@ class SettingsForm(QWidget):
         self.direction.addItems(list(DIRECTIONS))
         self.max_planes = QSpinBox()
         self.max_planes.setRange(0, 1_000_000)
-        self.max_planes.setSpecialValueText("all planes")
-        self.max_planes.setSuffix(" planes")
+        self.max_planes.setSpecialValueText("all")
+        self.max_planes.setToolTip("How many planes to track each way from the plane on screen (all: to the end of the stack)")
         self.segment_all = QPushButton("Segment all")
         self.segment_all.setToolTip(
             "Find every object on the plane on screen (or in the view) from a grid of point prompts, "
@@ -141,16 +141,24 @@ class SettingsForm(QWidget):
             form.addRow(label, field)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        for widget in (self.disk_cache, self.start, self.encode_all):
+        for widget in (self.disk_cache, self.start):
             layout.addWidget(widget)
-        volume = QHBoxLayout()
-        for widget in (self.propagate, self.direction, self.max_planes):
-            volume.addWidget(widget)
-        layout.addLayout(volume)
+        layout.addWidget(self._propagation_box())
         layout.addWidget(self._segment_all_box())
         for widget in (self.enabled, self.status, keys):
             layout.addWidget(widget)
         layout.addStretch()
+
+    def _propagation_box(self) -> QGroupBox:
+        box = QGroupBox("Stacks (z or t)")
+        rows = QFormLayout(box)
+        rows.addRow(self.encode_all)
+        run = QHBoxLayout()
+        run.addWidget(self.propagate)
+        run.addWidget(self.direction)
+        rows.addRow(run)
+        rows.addRow("Planes each way", self.max_planes)
+        return box
 
     def _segment_all_box(self) -> QGroupBox:
         box = QGroupBox("Automatic segmentation")
