@@ -282,6 +282,19 @@ def test_planes_keep_their_own_embedding_object_and_never_show_each_other(sessio
     assert planes.index(("img", 1)) > 0 and ("img", 0) not in planes[planes.index(("img", 1)) :]
 
 
+def test_of_overlapping_plane_changes_the_last_one_begun_shows_its_plane(session, monkeypatch):
+    """Scrubbing a stack: a plane still encoding (slow), then one found in the cache; the slow one
+    finishing last must not take the screen back (the viewer shows the other)."""
+    encoded = slow_encodes(session.engine, 0.5, monkeypatch)
+    slow = threading.Thread(target=session.set_plane, args=(("img", 1), OTHER))
+    slow.start()
+    time.sleep(0.1)  # plane 1 is being encoded
+    session.set_plane(("img", 0), IMAGE)  # cached: shown at once
+    slow.join()
+    assert len(encoded) == 1 and session.plane == ("img", 0)
+    assert session.cache.signature(OTHER[..., None]) in session.cache  # plane 1 waits in the cache
+
+
 def test_leaving_the_image_stops_hover_work(session):
     session.hover(-5, 10)
     assert session.stats.events == 0

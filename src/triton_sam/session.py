@@ -167,6 +167,7 @@ class InteractiveSession:
         self._on_preview = on_preview
         self._lock = threading.Condition()
         self._plane: _Plane | None = None
+        self._planes_asked = 0  # `set_plane` calls begun: the last one begun shows its plane
         self._objects: dict[Hashable, ObjectPrompts] = {}
         self._last_hover: tuple[float, float] | None = None
         self._waiting_hover: tuple[float, float] | None = None  # the cursor rests on a tile not encoded yet
@@ -251,7 +252,12 @@ class InteractiveSession:
     ) -> None:
         """Show plane `key`. A plane that is not tiled is encoded now (blocks: call it off the GUI
         thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile,
-        coarse tiles from `levels` (the plane reduced by each integer factor: a pyramid) where given."""
+        coarse tiles from `levels` (the plane reduced by each integer factor: a pyramid) where given.
+        Of calls that overlap (a slow encode, then a plane found in the cache), the one begun last
+        shows its plane: the others only leave their features in the cache."""
+        with self._lock:
+            self._planes_asked += 1
+            asked = self._planes_asked
         size = tuple(image.shape[:2])
         if not self.is_tiled(size):
             whole = Tile(0, 0, *size)
@@ -262,6 +268,8 @@ class InteractiveSession:
             grid = tile_grid(size, self.spec.input_size, step=self._tile_step)
             plane = _Plane(key, size, grid, image=image, levels=dict(levels or {}), contrast=contrast)
         with self._lock:
+            if asked != self._planes_asked:
+                return
             self._plane = plane
             self._last_hover = None
             self._hover_preview = None

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import SERVED_MODELS, start_server
-from synthetic import disk_image
+from synthetic import disk_image, slow_encodes
 from triton_sam import Predictor
 
 napari = pytest.importorskip("napari")
@@ -211,6 +211,31 @@ def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another
     viewer.dims.set_current_step(0, 0)
     qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
     assert widget.session.cache.hits > hits and widget.session.cache.misses == 2  # from the cache
+    widget.close_session()
+
+
+def test_scrubbing_back_to_a_cached_plane_while_another_encodes_keeps_the_plane_on_screen(
+    qtbot, viewer, synthetic_repository, monkeypatch
+):
+    """Plane 2 (slow to encode) is passed on the way back to plane 0 (cached): the panel stays on
+    plane 0, ready, and previews it (the late encode once took the session to plane 2 and the panel
+    ignored the mouse until the slider moved again)."""
+    stack = np.stack([disk_image(H, W, [(80, 80, 40)]), disk_image(H, W, [(300, 150, 50)]), disk_image(H, W, [(200, 100, 30)])])
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 0)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    qtbot.waitUntil(lambda: widget.session.cache.misses == 2, timeout=10000)  # plane 1, encoded ahead
+    encoded = slow_encodes(widget.session.engine, 1.0, monkeypatch)
+    viewer.dims.set_current_step(0, 2)
+    qtbot.wait(200)
+    viewer.dims.set_current_step(0, 0)
+    qtbot.waitUntil(lambda: len(encoded) == 1, timeout=10000)
+    qtbot.wait(100)
+    assert widget.ready and widget._index == (0,)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 80, 80)[-2:])
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
     widget.close_session()
 
 
