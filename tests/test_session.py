@@ -295,6 +295,34 @@ def test_of_overlapping_plane_changes_the_last_one_begun_shows_its_plane(session
     assert session.cache.signature(OTHER[..., None]) in session.cache  # plane 1 waits in the cache
 
 
+def test_an_object_in_progress_is_decoded_afresh_when_its_plane_is_shown_with_other_contrast(session, synthetic_repository):
+    """The user changes a uint16 plane's contrast limits: the plane is encoded again, and the
+    object in progress is decoded from its prompts with the new features (no mask input from the
+    old ones), as the predictor decodes them on the plane as now seen. Shown again as it was, the
+    plane comes from the cache and the object is decoded once more."""
+    plane = IMAGE.astype(np.uint16) * 10  # 200 and 2300
+    key, first_limits, darker = ("uint16", 0), (0.0, 2300.0), (0.0, 9000.0)
+    session.set_plane(key, plane, first_limits)
+    session.add_point(300, 150)
+    session.add_point(80, 80)
+    first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None and session.object.pending == 0)
+    session.set_plane(key, plane, darker)  # the disks are grey now: not bright enough for the synthetic model
+    again = session.previews.wait_for(lambda p: p is not None and p.candidate is not None and p.seq > first.seq)
+    points = {"point_coords": [[300, 150], [80, 80]], "point_labels": [1, 1]}
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(plane, darker)
+        expected, scores, _ = predictor.predict(**points)
+        predictor.set_image(plane, first_limits)
+        expected_back, _, _ = predictor.predict(**points)
+    np.testing.assert_array_equal(again.mask, expected[again.candidate])
+    assert again.score == pytest.approx(float(scores.max())) and again.mask.sum() < first.mask.sum()
+    encodes = session.cache.misses
+    session.set_plane(key, plane, first_limits)  # back: from the cache, decoded again
+    back = session.previews.wait_for(lambda p: p is not None and p.candidate is not None and p.seq > again.seq)
+    np.testing.assert_array_equal(back.mask, expected_back[back.candidate])
+    assert session.cache.misses == encodes and session.object.points == [(300.0, 150.0), (80.0, 80.0)]
+
+
 def test_leaving_the_image_stops_hover_work(session):
     session.hover(-5, 10)
     assert session.stats.events == 0

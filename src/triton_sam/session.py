@@ -98,6 +98,7 @@ class ObjectPrompts:
     tile: Tile | None = None  # the tile `low_res` and `mask` belong to
     chosen: int = 0
     decoded_version: int = -1
+    content: Hashable = None  # the plane's `content` when it was last decoded
     pending: int = 0  # prompt decodes submitted and not finished
 
     @property
@@ -123,6 +124,7 @@ class _Plane:
     levels: Mapping[int, object] = field(default_factory=dict)  # the tiled plane reduced by factors > 1 (a pyramid)
     contrast: ContrastLimits | None = None
     signatures: dict[Tile, str] = field(default_factory=dict)  # tiles encoded: the cache holds them, bounded
+    content: Hashable = None  # what the encoder sees: a whole plane's signature, a tiled plane's contrast limits
 
     def read(self, tile: Tile, max_side: int) -> np.ndarray:
         """A tiled plane's pixels under `tile`, from the coarsest pyramid level whose factor divides
@@ -254,19 +256,22 @@ class InteractiveSession:
         thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile,
         coarse tiles from `levels` (the plane reduced by each integer factor: a pyramid) where given.
         Of calls that overlap (a slow encode, then a plane found in the cache), the one begun last
-        shows its plane: the others only leave their features in the cache."""
+        shows its plane: the others only leave their features in the cache. An object in progress
+        on `key` that was decoded from the plane as it was (other contrast limits, other pixels) is
+        decoded again from its prompts, afresh."""
         with self._lock:
             self._planes_asked += 1
             asked = self._planes_asked
         size = tuple(image.shape[:2])
         if not self.is_tiled(size):
             whole = Tile(0, 0, *size)
-            features = self.cache.features(encoder_input(np.asarray(image), self.spec, contrast_limits))
-            plane = _Plane(key, size, [whole], {whole: features})
+            model_input = encoder_input(np.asarray(image), self.spec, contrast_limits)
+            signature = self.cache.signature(model_input)
+            plane = _Plane(key, size, [whole], {whole: self.cache.features(model_input, signature)}, content=signature)
         else:
             contrast = plane_limits(image, contrast_limits)  # the same for every tile
             grid = tile_grid(size, self.spec.input_size, step=self._tile_step)
-            plane = _Plane(key, size, grid, image=image, levels=dict(levels or {}), contrast=contrast)
+            plane = _Plane(key, size, grid, image=image, levels=dict(levels or {}), contrast=contrast, content=contrast)
         with self._lock:
             if asked != self._planes_asked:
                 return
@@ -274,6 +279,10 @@ class InteractiveSession:
             self._last_hover = None
             self._hover_preview = None
             self._decoder.clear()
+            obj = self.object
+            if not obj.empty and obj.content not in (None, plane.content):
+                obj.decoded_version = -1  # its logits are of the plane as it was: no mask input
+                self._submit_prompt(None)
 
     @property
     def tiles(self) -> list[Tile]:
@@ -622,7 +631,7 @@ class InteractiveSession:
                         return self._object_preview(plane, obj) if obj.mask is not None else None
                     obj.low_res, obj.scores, obj.tile = low_res, scores, tile
                     self._choose(obj, int(np.argmax(scores)))
-                    obj.decoded_version = version
+                    obj.decoded_version, obj.content = version, plane.content
                     return self._object_preview(plane, obj)
             finally:
                 with self._lock:

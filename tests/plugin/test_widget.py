@@ -239,6 +239,33 @@ def test_scrubbing_back_to_a_cached_plane_while_another_encodes_keeps_the_plane_
     widget.close_session()
 
 
+def test_changing_contrast_limits_encodes_the_plane_as_now_shown_and_decodes_the_object_again(
+    qtbot, viewer, synthetic_repository
+):
+    """The model sees what the user sees: a uint16 plane whose disks are grey under its first
+    contrast limits is encoded again once a burst of changes rests (one encode), and the object in
+    progress is decoded from its prompts on it; commit stores what then shows."""
+    image = viewer.add_image(disk_image(H, W, DISKS).astype(np.uint16) * 10, contrast_limits=(0, 9000))  # disks at 2300
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    click(viewer, world(image, 300, 150))
+    obj = widget.session.object
+    qtbot.waitUntil(lambda: obj.decoded_version == obj.version, timeout=10000)
+    assert not preview.data[150, 300]  # grey: not bright enough for the synthetic model
+    encodes = widget.session.cache.misses
+    for high in (7000, 4000, 2300):  # a slider drag
+        image.contrast_limits = (0, high)
+        qtbot.wait(50)
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)  # the object, decoded again
+    assert widget.session.cache.misses == encodes + 1
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data[150, 300] == 1, timeout=10000)
+    widget.close_session()
+
+
 def test_the_triton_backend_against_a_local_server(qtbot, viewer, synthetic_server):
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()

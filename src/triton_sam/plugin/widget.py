@@ -34,6 +34,7 @@ from .propagation import LabelPropagation, stack_axis
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
 AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
 VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
+CONTRAST_SETTLE_MS = 400  # contrast limits rest this long before the plane is encoded as now seen (a slider drag)
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 
 
@@ -65,6 +66,9 @@ class TritonSamWidget(SettingsForm):
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
         self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
         self._view_timer.timeout.connect(self._encode_view)
+        self._contrast_timer = QTimer(self, singleShot=True, interval=CONTRAST_SETTLE_MS)
+        self._contrast_timer.timeout.connect(self._contrast_rested)
+        self._contrast_of: Image | None = None  # the layer whose contrast limits the panel follows
         self._on_move = partial(bindings.hover, self)
         self._on_press = partial(bindings.press, self)
         self.refresh.clicked.connect(self.find_models)
@@ -191,6 +195,7 @@ class TritonSamWidget(SettingsForm):
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
         self._index = None
+        self._follow_contrast(self.image)
         self.say_ready(f"{engine.describe()}: ready.")
         self._on_step()
 
@@ -203,15 +208,35 @@ class TritonSamWidget(SettingsForm):
         if self.session is None or self.image is None or self.image not in self.viewer.layers:
             return
         index = layers.plane_index(self.image, self.viewer.dims.point)
-        if index == self._index:
-            return
+        if index != self._index:
+            self._show_plane(index, f"Encoding plane {index or '(2D)'} ...")
+
+    def _follow_contrast(self, image: Image | None) -> None:
+        """Encode the plane on screen again when `image`'s contrast limits change (None: stop following)."""
+        if self._contrast_of is not None:
+            self._contrast_of.events.contrast_limits.disconnect(self._on_contrast)
+        self._contrast_timer.stop()
+        self._contrast_of = image
+        if image is not None:
+            image.events.contrast_limits.connect(self._on_contrast)
+
+    def _on_contrast(self, event=None) -> None:
+        self._contrast_timer.start()  # (again): a slider drag sends many changes
+
+    def _contrast_rested(self) -> None:
+        """The contrast limits rest: the model sees the plane as the user does (cached limits are instant)."""
+        if self._index is not None and self.session is not None and not self.image.rgb and self.image in self.viewer.layers:
+            self._show_plane(self._index, f"Contrast changed: encoding plane {self._index or '(2D)'} as now shown ...")
+
+    def _show_plane(self, index: tuple[int, ...], status: str) -> None:
+        """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
         self._index = index
         self.session.leave()  # clears the preview at once: never another plane's mask
         self.draw_prompts(clear=True)
         key = layers.plane_key(self.image, index)
         data = layers.plane_data(self.image, index)
         contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
-        self.set_status(f"Encoding plane {index or '(2D)'} ...")
+        self.set_status(status)
         started = time.perf_counter()
         worker = create_worker(
             self.session.set_plane,
@@ -557,6 +582,7 @@ class TritonSamWidget(SettingsForm):
     def close_session(self) -> None:
         """Stop decoding and let go of the engine; results still in flight are ignored."""
         self._closed = True
+        self._follow_contrast(None)
         self._propagation.close()
         self._automatic.stop()
         if self.session is not None:
