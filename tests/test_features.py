@@ -2,12 +2,14 @@
 
 import io
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from triton_sam.cli import main
 from triton_sam.engines import create_engine
-from triton_sam.features import FeatureCache, content_signature
+from triton_sam.features import ENV_DISK_GB, FeatureCache, content_signature, disk_files
 from triton_sam.registry import get_model
 
 TINY = get_model("sam2.1_hiera_tiny")
@@ -121,3 +123,37 @@ def test_the_disk_cache_is_private_to_the_user(synthetic_repository, tmp_path):
     assert cached.stat().st_mode & 0o077 == 0
     with np.load(cached) as stored:  # features only: no image pixels on disk
         assert sorted(stored.files) == sorted(features.arrays)
+
+
+def test_the_disk_cache_is_bounded_and_lets_go_of_the_files_used_least_recently(synthetic_repository, tmp_path):
+    """Every model's files count; a file read from disk counts as used then."""
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    engine.weights_id = "synthetic-a"
+    file_mb = FeatureCache(engine, disk_dir=tmp_path, disk_max_mb=1e6).features(_image(1)).nbytes / 2**20
+    room = 2.5 * file_mb  # two files
+    FeatureCache(engine, disk_dir=tmp_path, disk_max_mb=room).features(_image(2))
+    time.sleep(0.05)  # file times apart
+    again = FeatureCache(engine, disk_dir=tmp_path, disk_max_mb=room)
+    again.features(_image(1))  # read from disk: now the most recent
+    assert again.disk_hits == 1
+    time.sleep(0.05)
+    engine.weights_id = "synthetic-b"  # another model's files share the bound
+    FeatureCache(engine, disk_dir=tmp_path, disk_max_mb=room).features(_image(3))
+    kept = {path.parent.name: path.stem for path in disk_files(tmp_path)}
+    assert len(disk_files(tmp_path)) == 2 and set(kept) == {"synthetic-a", "synthetic-b"}
+    assert kept["synthetic-a"] == content_signature(_image(1), TINY.model_id)  # image 2 went: used least recently
+    assert engine.encodes == 3
+
+
+def test_the_cache_command_says_what_the_disk_cache_holds_and_clears_it(synthetic_repository, tmp_path, monkeypatch, capsys):
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    engine.weights_id = "synthetic"
+    for value in (1, 2):
+        FeatureCache(engine, disk_dir=tmp_path).features(_image(value))
+    monkeypatch.setenv(ENV_DISK_GB, "3.5")
+    assert main(["cache", "--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("2 files of image features, 0.03 GB of at most 3.5 GB")
+    assert main(["cache", "--dir", str(tmp_path), "--clear"]) == 0 and disk_files(tmp_path) == []
+    monkeypatch.setenv(ENV_DISK_GB, "lots")
+    assert main(["cache", "--dir", str(tmp_path)]) == 2
+    assert f"${ENV_DISK_GB} must be a number of gigabytes" in capsys.readouterr().err

@@ -77,6 +77,20 @@ def _cmd_models(args) -> None:
         print(f"{model_id:28s} {state}")
 
 
+def _cmd_cache(args) -> None:
+    from .features import default_disk_dir, default_disk_mb, disk_files
+
+    directory = args.dir or default_disk_dir()
+    files = disk_files(directory)
+    if args.clear:
+        for path in files:
+            path.unlink(missing_ok=True)
+        print(f"Removed {len(files)} files of image features from {directory}.")
+        return
+    size = sum(path.stat().st_size for path in files) / 2**30
+    print(f"{len(files)} files of image features, {size:.2f} GB of at most {default_disk_mb() / 1024:g} GB, in {directory}")
+
+
 def _cmd_setup(args) -> None:
     _export(args, checkpoint=_download(args))
 
@@ -297,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="list known models and whether they are exported")
     models.add_argument("--model-repository", type=Path, default=default_model_repository())
     models.set_defaults(func=_cmd_models)
+
+    cache = commands.add_parser("cache", help="the image features napari keeps on disk: how much, where; --clear removes them")
+    cache.add_argument("--dir", type=Path, default=None, help="the disk cache (default: the napari panel's)")
+    cache.add_argument("--clear", action="store_true", help="remove every file of image features")
+    cache.set_defaults(func=_cmd_cache)
 
     download = commands.add_parser("download", help="download and verify an official checkpoint")
     _add_model(download)

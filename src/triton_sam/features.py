@@ -3,7 +3,9 @@
 The key is a hash of the encoder input (the plane as sent) and the model id: the same plane
 shown with the same contrast hits the cache whatever layer or file it came from. Optionally the
 features are also kept on disk (one `.npz` per image, under the weights' id), so that reopening a
-dataset is instant; features a server keeps are not written.
+dataset is instant; features a server keeps are not written. The disk cache is bounded (a SAM2.1
+plane's features are 16 MiB: a long session over stacks would otherwise fill a laptop's disk): past
+the bound the files used least recently go, whichever model wrote them.
 """
 
 from __future__ import annotations
@@ -17,10 +19,55 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+from platformdirs import user_cache_dir
 
 from .engines import Engine, ImageFeatures
+from .errors import InvalidInputError
 
 DEFAULT_CACHE_MB = 1024
+ENV_DISK_GB = "TRITON_SAM_DISK_CACHE_GB"
+DEFAULT_DISK_GB = 10.0
+
+
+def default_disk_dir() -> Path:
+    """Where the napari panel keeps features on disk: the user's cache directory."""
+    return Path(user_cache_dir("triton-sam")) / "embeddings"
+
+
+def default_disk_mb() -> float:
+    """`$TRITON_SAM_DISK_CACHE_GB` (else 10) in megabytes: how much the disk cache may hold."""
+    text = os.environ.get(ENV_DISK_GB)
+    try:
+        gigabytes = float(text) if text else DEFAULT_DISK_GB
+    except ValueError:
+        gigabytes = -1.0
+    if not gigabytes >= 0:
+        raise InvalidInputError(f"${ENV_DISK_GB} must be a number of gigabytes (0 or more), not {text!r}.")
+    return gigabytes * 1024
+
+
+def disk_files(disk_dir: str | Path) -> list[Path]:
+    """The feature files under `disk_dir` (every model's)."""
+    return sorted(Path(disk_dir).glob("*/*.npz"))
+
+
+def prune_disk(disk_dir: str | Path, max_bytes: int) -> int:
+    """Delete the feature files under `disk_dir` used least recently (by modification time: a
+    load touches its file) until they hold at most `max_bytes`; returns how many went."""
+    files = []
+    for path in disk_files(disk_dir):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:  # another process pruned it
+            continue
+        files.append((stat.st_mtime, stat.st_size, path))
+    total, removed = sum(size for _, size, _ in files), 0
+    for _, size, path in sorted(files):
+        if total <= max_bytes:
+            break
+        path.unlink(missing_ok=True)
+        total, removed = total - size, removed + 1
+    return removed
 
 
 def content_signature(model_input: np.ndarray, model_id: str) -> str:
@@ -34,13 +81,26 @@ class FeatureCache:
     """Least-recently-used features of encoded images, bounded in megabytes; thread-safe.
 
     Concurrent requests for the same image encode it once: later callers wait for the first.
+    With `disk_dir` they are kept on disk too, all models' files there bounded by `disk_max_mb`
+    (default `$TRITON_SAM_DISK_CACHE_GB`, else 10 GB).
     """
 
-    def __init__(self, engine: Engine, *, max_mb: float = DEFAULT_CACHE_MB, disk_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_mb: float = DEFAULT_CACHE_MB,
+        disk_dir: str | Path | None = None,
+        disk_max_mb: float | None = None,
+    ) -> None:
         self.engine = engine
         self.max_bytes = int(max_mb * 2**20)
         weights = engine.weights_id
-        self.disk_dir = Path(disk_dir) / weights if disk_dir is not None and weights else None
+        self.disk_root = Path(disk_dir) if disk_dir is not None and weights else None
+        self.disk_dir = self.disk_root / weights if self.disk_root is not None else None
+        if disk_max_mb is None:
+            disk_max_mb = default_disk_mb() if self.disk_root is not None else 0.0
+        self.disk_max_bytes = int(disk_max_mb * 2**20)
         self.disk_hits = 0
         self._items: OrderedDict[str, ImageFeatures] = OrderedDict()
         self._encoding: dict[str, threading.Event] = {}
@@ -114,6 +174,10 @@ class FeatureCache:
         if not self._expected(arrays):
             return None  # foreign or damaged: never trusted
         self.disk_hits += 1
+        try:
+            os.utime(self.disk_dir / f"{key}.npz")  # used now: pruned last
+        except FileNotFoundError:  # pruned meanwhile by another process
+            pass
         return ImageFeatures(arrays)
 
     def _expected(self, arrays: dict[str, np.ndarray]) -> bool:
@@ -132,6 +196,7 @@ class FeatureCache:
         with os.fdopen(handle, "wb") as file:
             np.savez(file, **features.host_arrays())
         os.replace(temp, self.disk_dir / f"{key}.npz")
+        prune_disk(self.disk_root, self.disk_max_bytes)
 
     def _evict(self) -> None:
         total = sum(f.nbytes for f in self._items.values())

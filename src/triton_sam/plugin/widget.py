@@ -11,18 +11,17 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 import napari
 import numpy as np
 from napari.layers import Image
 from napari.qt.threading import create_worker
-from platformdirs import user_cache_dir
 from qtpy.QtCore import QEvent, QTimer, Signal
 from superqt.utils import ensure_main_thread
 
 from ..engines import create_engine, offered_models
-from ..features import FeatureCache
+from ..errors import InvalidInputError
+from ..features import FeatureCache, default_disk_dir
 from ..registry import MODELS
 from ..session import InteractiveSession, ObjectPrompts, Preview
 from ..tiles import Tile, tile_grid, view_order
@@ -183,8 +182,13 @@ class TritonSamWidget(SettingsForm):
             return
         self.close_session()
         self._closed = False
-        disk_dir = Path(user_cache_dir("triton-sam")) / "embeddings" if self.disk_cache.isChecked() else None
-        cache = FeatureCache(engine, disk_dir=disk_dir)
+        disk_dir = default_disk_dir() if self.disk_cache.isChecked() else None
+        try:
+            cache = FeatureCache(engine, disk_dir=disk_dir)
+        except InvalidInputError as error:  # $TRITON_SAM_DISK_CACHE_GB
+            engine.close()
+            self._failed(error)
+            return
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
         self._shut_down_on_delete = self.session.close
         self.destroyed.connect(self._shut_down_on_delete)
