@@ -42,6 +42,25 @@ def test_planes_and_stacks_of_a_zarr_layer_are_read_only_where_they_are_used():
     np.testing.assert_array_equal(np.asarray(stack), data[1])
 
 
+def test_tracked_objects_are_written_together_and_never_over_other_objects():
+    """Object 1 moved to where object 2 was: written together, 1 takes 2's old pixels, 2 its new
+    ones (one at a time, 1 would not take pixels 2 still held); object 9 is never touched."""
+    objects = Labels(np.zeros((2, 6, 8), np.uint16))
+    objects.data[1, :, 0:2] = 1
+    objects.data[1, :, 2:4] = 2
+    objects.data[1, 0, :] = 9
+    one, two = np.zeros((6, 8), bool), np.zeros((6, 8), bool)
+    one[:, 2:4], two[:, 4:6] = True, True
+    before = objects.data.copy()
+    written = layers.write_tracked(objects, (1,), {1: one, 2: two})
+    expected = np.zeros((6, 8), np.uint16)
+    expected[:, 2:4], expected[:, 4:6], expected[0, :] = 1, 2, 9
+    np.testing.assert_array_equal(objects.data[1], expected)
+    assert written == 5 * 6 and not objects.data[0].any()
+    objects.undo()
+    np.testing.assert_array_equal(objects.data, before)
+
+
 def test_a_commit_never_paints_over_existing_labels_and_can_be_undone():
     objects = Labels(np.zeros((2, 10, 10), np.uint32))
     objects.data[1, 0:5, 0:5] = 7  # the user's own annotation

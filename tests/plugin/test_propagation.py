@@ -42,7 +42,7 @@ def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_i
     QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
     assert widget.propagate.text() == "Stop propagating"
     yielded = {}
-    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
+    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1][1]))
     qtbot.waitUntil(lambda: len(yielded) >= 1, timeout=120000)
     QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)  # stop: the plane being tracked is finished, no other starts
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
@@ -58,6 +58,48 @@ def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_i
     assert not np.any(objects.data[5] == 1)  # not reached
     assert objects.metadata[layers.PROVENANCE_KEY][1]["propagated"]["from_plane"] == [2]
 
+    objects.undo()
+    np.testing.assert_array_equal(objects.data, before)
+
+
+def test_propagate_all_tracks_every_label_on_the_plane_together_never_overlapping(qtbot, viewer, exported_repository):
+    require_export_extra()
+    repository = exported_repository("sam2.1_hiera_tiny")
+    image = viewer.add_image(bench_volume(5, SHAPE))
+    viewer.dims.set_current_step(0, 2)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=repository)
+    objects_name = layers.objects_name(image)
+    for label, (x, y) in enumerate([(53, 50), (112, 84)], start=1):  # the first two disks
+        click(viewer, world(image, x, y)[-2:])
+        key(viewer, "commit")
+        qtbot.waitUntil(
+            lambda label=label: objects_name in viewer.layers and np.any(viewer.layers[objects_name].data[2] == label),
+            timeout=60000,
+        )
+    objects = viewer.layers[objects_name]
+    objects.data[4, :10, :10] = OTHER_LABEL  # on another plane: not tracked, never painted over
+    objects.selected_label = 1  # "All on this plane" tracks 2 as well
+    before = objects.data.copy()
+
+    widget.propagated.setCurrentText("All on this plane")
+    widget.direction.setCurrentText("Forwards")
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
+    yielded = {}
+    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
+    qtbot.waitUntil(lambda: not widget._propagation.running, timeout=180000)
+
+    assert sorted(yielded) == [3, 4] and all(sorted(masks) == [1, 2] for masks in yielded.values())
+    for plane, masks in yielded.items():
+        assert not np.any(masks[1] & masks[2])  # one label a pixel
+        free = before[plane] == 0
+        for label, mask in masks.items():
+            np.testing.assert_array_equal(objects.data[plane] == label, mask & free)
+    assert np.all(objects.data[4, :10, :10] == OTHER_LABEL)
+    np.testing.assert_array_equal(objects.data[2], before[2])  # the prompt plane keeps the user's objects
+    records = objects.metadata[layers.PROVENANCE_KEY]
+    assert records[1]["propagated"]["with_labels"] == records[2]["propagated"]["with_labels"] == [1, 2]
+    assert "2 labels propagated to 2 planes" in widget.status.text()
     objects.undo()
     np.testing.assert_array_equal(objects.data, before)
 

@@ -35,6 +35,7 @@ from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
 DIRECTIONS = {"Both ways": BOTH, "Forwards": FORWARDS, "Backwards": BACKWARDS}
 REGIONS = {"Whole plane": "plane", "Visible region": "view"}
+PROPAGATED = {"Selected label": False, "All on this plane": True}  # does Propagate track every label?
 ENV_BACKEND = "TRITON_SAM_BACKEND"
 ENV_MODEL = "TRITON_SAM_MODEL"
 
@@ -91,6 +92,12 @@ class SettingsForm(QWidget):
         )
         self.direction = QComboBox()
         self.direction.addItems(list(DIRECTIONS))
+        self.propagated = QComboBox()
+        self.propagated.addItems(list(PROPAGATED))
+        self.propagated.setToolTip(
+            "Track the objects layer's selected label, or every label on the plane on screen together "
+            "(then each pixel goes to one of them: their masks never overlap)"
+        )
         self.max_planes = QSpinBox()
         self.max_planes.setRange(0, 1_000_000)
         self.max_planes.setSpecialValueText("all")
@@ -157,6 +164,7 @@ class SettingsForm(QWidget):
         run.addWidget(self.propagate)
         run.addWidget(self.direction)
         rows.addRow(run)
+        rows.addRow("Labels", self.propagated)
         rows.addRow("Planes each way", self.max_planes)
         return box
 
@@ -185,6 +193,10 @@ class SettingsForm(QWidget):
     def chosen_direction(self) -> str:
         """ "both", "forwards" or "backwards"."""
         return DIRECTIONS[self.direction.currentText()]
+
+    def propagates_all(self) -> bool:
+        """Whether Propagate tracks every label on the plane on screen (else the selected one)."""
+        return PROPAGATED[self.propagated.currentText()]
 
     def chosen_max_planes(self) -> int | None:
         """How many planes to track each way; None: to the end of the stack."""

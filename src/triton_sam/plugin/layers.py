@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 from napari.layers import Image, Labels, Points, Shapes
@@ -395,15 +395,17 @@ def write_object(
     return int(ys.size)
 
 
-def write_tracked(layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int) -> int:
-    """Make `object_id` on plane `index` be `mask`, through the undoable API: its pixels outside the
-    mask are cleared, the mask's unlabelled pixels take it, other objects' pixels are never touched.
-    Returns the number of pixels changed."""
+def write_tracked(layer: Labels, index: tuple[int, ...], masks: Mapping[int, np.ndarray]) -> int:
+    """Make each object of `masks` (id -> bool mask) on plane `index` be its mask, through the
+    undoable API: their pixels outside their masks are cleared and their masks take the pixels
+    that are unlabelled or theirs (the first mask a pixel where they overlap); other objects'
+    pixels are never touched. Returns the number of pixels changed."""
     region = np.asarray(layer.data[index])
-    added = mask & (region == 0)
-    changed = added | ((region == object_id) & ~mask)
-    ys, xs = np.nonzero(changed)
+    written = np.where(np.isin(region, list(masks)), 0, region)
+    for object_id, mask in masks.items():
+        written[mask & (written == 0)] = object_id
+    ys, xs = np.nonzero(written != region)
     if ys.size:
         indices = tuple(np.full(ys.size, i) for i in index) + (ys, xs)
-        layer.data_setitem(indices, np.where(added[ys, xs], object_id, 0).astype(layer.data.dtype))
+        layer.data_setitem(indices, written[ys, xs])
     return int(ys.size)

@@ -1,9 +1,10 @@
-"""Propagate from the dock widget: a label's mask on the plane on screen, tracked through the stack.
+"""Propagate from the dock widget: labels' masks on the plane on screen, tracked through the stack.
 
-Tracking runs in a napari thread worker (`video.propagate_mask`); each plane's result is written
+Tracking runs in a napari thread worker (`video.propagate_masks`); each plane's result is written
 into the objects layer on the GUI thread as it comes, whole (a cancelled run stops between
-planes), never over another label. One run is one undo step on the objects layer. Each label
-keeps its own tracking state, so its earlier prompts (corrections included) guide the next run.
+planes), never over a label not tracked. One run is one undo step on the objects layer. Each set
+of labels tracked together keeps its own tracking state, so earlier prompts (corrections
+included) guide the next run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..features import FeatureCache
 from ..image import lazy_index
 from ..registry import ModelSpec
 from ..video import VolumePredictor, VolumeState
-from ..video.propagation import BACKWARDS, FORWARDS, propagate_mask
+from ..video.propagation import BACKWARDS, FORWARDS, propagate_masks
 from . import layers
 
 
@@ -62,18 +63,21 @@ class LabelPropagation:
         objects: Labels,
         index: tuple[int, ...],
         axis: int,
-        label: int,
+        labels: list[int],
         direction: str,
         max_planes: int | None,
         model: tuple[ModelSpec, Path],
         cache: FeatureCache | None,
     ) -> None:
-        """Track `label` from plane `index` of `objects` along `axis` of `image`."""
-        mask = np.asarray(objects.data[index]) == label
+        """Track `labels` (together: the masks of a plane never overlap) from plane `index` of
+        `objects` along `axis` of `image`."""
+        region = np.asarray(objects.data[index])
+        masks = {label: region == label for label in labels}
         contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
         rest = index[:axis] + index[axis + 1 :]
-        state_key = (id(image), axis, rest, contrast, label)
+        state_key = (id(image), axis, rest, contrast, tuple(labels))
         frame = index[axis]
+        what = f"label {labels[0]}" if len(labels) == 1 else f"{len(labels)} labels"
 
         def run():
             predictor = self._volume_predictor(model, cache)
@@ -81,7 +85,7 @@ class LabelPropagation:
             if state is None:
                 state = predictor.init_state(stack_data(image, index, axis), contrast_limits=contrast)
                 self._states[state_key] = state
-            yield from propagate_mask(predictor, state, frame, label, mask, direction, max_planes)
+            yield from propagate_masks(predictor, state, frame, masks, direction, max_planes)
 
         total = _planes_to_track(
             image.data.shape[axis] if not image.multiscale else image.data[0].shape[axis], frame, direction, max_planes
@@ -92,30 +96,32 @@ class LabelPropagation:
         done, failed = [], []
 
         def write(result) -> None:
-            plane, plane_mask = result
+            plane, plane_masks = result
             target = index[:axis] + (plane,) + index[axis + 1 :]
-            layers.write_tracked(objects, target, plane_mask, label)
+            layers.write_tracked(objects, target, plane_masks)
             done.append(plane)
-            self._set_status(f"Propagating label {label}: plane {plane} ({len(done)} of {total}).")
+            self._set_status(f"Propagating {what}: plane {plane} ({len(done)} of {total}).")
 
         def finished() -> None:
             self._history.close()  # the run's writes become one undo step
             self._worker = None
             if done:
-                record = objects.metadata.setdefault(layers.PROVENANCE_KEY, {}).setdefault(int(label), {})
-                record["propagated"] = {
-                    "from_plane": list(index),
-                    "axis": axis,
-                    "direction": direction,
-                    "model": model[0].model_id,
-                }
+                records = objects.metadata.setdefault(layers.PROVENANCE_KEY, {})
+                for label in labels:
+                    records.setdefault(int(label), {})["propagated"] = {
+                        "from_plane": list(index),
+                        "axis": axis,
+                        "direction": direction,
+                        "model": model[0].model_id,
+                        "with_labels": [int(other) for other in labels],
+                    }
             if not failed:  # an error stays in the status line
-                self._set_status(f"Label {label} propagated to {len(done)} planes (Ctrl+Z on the objects layer undoes it).")
+                self._set_status(f"{what.capitalize()} propagated to {len(done)} planes (Ctrl+Z on the objects layer undoes it).")
             self._on_finished()
 
         def error(exception: Exception) -> None:
             failed.append(exception)
-            self._set_status(f"Error while propagating label {label} (planes done: {len(done)}): {exception}")
+            self._set_status(f"Error while propagating {what} (planes done: {len(done)}): {exception}")
 
         worker.yielded.connect(write)
         worker.errored.connect(error)
@@ -123,7 +129,7 @@ class LabelPropagation:
         self._history = ExitStack()
         self._history.enter_context(objects.block_history())
         self._worker = worker
-        self._set_status(f"Propagating label {label} from plane {frame} ({direction}) ...")
+        self._set_status(f"Propagating {what} from plane {frame} ({direction}) ...")
         worker.start()
 
     def stop(self) -> None:

@@ -415,7 +415,7 @@ class TritonSamWidget(SettingsForm):
             objects,
             self._index,
             axis,
-            int(objects.selected_label),
+            self._labels_to_propagate(objects),
             self.chosen_direction(),
             self.chosen_max_planes(),
             (self.chosen_model(), self.chosen_repository()),
@@ -430,12 +430,19 @@ class TritonSamWidget(SettingsForm):
         if stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim) is None:
             return "Propagate needs a stack of planes (a 3D or higher image layer)."
         objects = layers.existing_objects_layer(self.viewer, self.image)
-        label = None if objects is None else int(objects.selected_label)
-        if objects is None or not np.any(np.asarray(objects.data[self._index]) == label):
+        if objects is None or not self._labels_to_propagate(objects):
+            if self.propagates_all():
+                return "Commit objects on this plane to propagate them."
             return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
         if self.chosen_model().family != "sam2":
             return "Propagation through planes needs a SAM2.1 model."
         return None
+
+    def _labels_to_propagate(self, objects) -> list[int]:
+        """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
+        present = np.unique(np.asarray(objects.data[self._index]))
+        present = [int(label) for label in present if label != 0]
+        return present if self.propagates_all() else [label for label in present if label == int(objects.selected_label)]
 
     def toggle_segment_all(self) -> None:
         """Segment everything on the plane on screen (or in the view) into a new labels layer;
