@@ -22,18 +22,24 @@ SHAPE = (120, 160)
 OTHER_LABEL = 9
 
 
-def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_in_one_step(qtbot, viewer, exported_repository):
+def _commit_on_plane_2(qtbot, viewer, exported_repository, planes: int, disks: list[tuple[int, int]]):
+    """A stack of moving disks, the panel started on plane 2 (SAM2.1 tiny), and the disks at
+    `disks` (x, y) clicked and committed there as labels 1, 2, ...: (widget, objects layer)."""
     require_export_extra()
-    repository = exported_repository("sam2.1_hiera_tiny")
-    image = viewer.add_image(bench_volume(6, SHAPE))
+    image = viewer.add_image(bench_volume(planes, SHAPE))
     viewer.dims.set_current_step(0, 2)
     viewer.reset_view()
-    widget = start(qtbot, viewer, repository=repository)
-    click(viewer, world(image, 53, 50)[-2:])  # on the first disk
-    key(viewer, "commit")
-    objects_name = layers.objects_name(image)
-    qtbot.waitUntil(lambda: objects_name in viewer.layers and np.any(viewer.layers[objects_name].data[2] == 1), timeout=60000)
-    objects = viewer.layers[objects_name]
+    widget = start(qtbot, viewer, repository=exported_repository("sam2.1_hiera_tiny"))
+    name = layers.objects_name(image)
+    for label, (x, y) in enumerate(disks, start=1):
+        click(viewer, world(image, x, y)[-2:])
+        key(viewer, "commit")
+        qtbot.waitUntil(lambda label=label: name in viewer.layers and np.any(viewer.layers[name].data[2] == label), timeout=60000)
+    return widget, viewer.layers[name]
+
+
+def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_in_one_step(qtbot, viewer, exported_repository):
+    widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 6, [(53, 50)])  # on the first disk
     assert objects.selected_label == 1
     objects.data[4, :10, :10] = OTHER_LABEL  # another object, there before: never painted over
     before = objects.data.copy()
@@ -63,21 +69,7 @@ def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_i
 
 
 def test_propagate_all_tracks_every_label_on_the_plane_together_never_overlapping(qtbot, viewer, exported_repository):
-    require_export_extra()
-    repository = exported_repository("sam2.1_hiera_tiny")
-    image = viewer.add_image(bench_volume(5, SHAPE))
-    viewer.dims.set_current_step(0, 2)
-    viewer.reset_view()
-    widget = start(qtbot, viewer, repository=repository)
-    objects_name = layers.objects_name(image)
-    for label, (x, y) in enumerate([(53, 50), (112, 84)], start=1):  # the first two disks
-        click(viewer, world(image, x, y)[-2:])
-        key(viewer, "commit")
-        qtbot.waitUntil(
-            lambda label=label: objects_name in viewer.layers and np.any(viewer.layers[objects_name].data[2] == label),
-            timeout=60000,
-        )
-    objects = viewer.layers[objects_name]
+    widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 5, [(53, 50), (112, 84)])  # two disks
     objects.data[4, :10, :10] = OTHER_LABEL  # on another plane: not tracked, never painted over
     objects.selected_label = 1  # "All on this plane" tracks 2 as well
     before = objects.data.copy()
