@@ -117,4 +117,9 @@ def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_chang
 
     flat = viewer.add_image(np.zeros(SHAPE, np.uint8))
     assert stack_axis(flat, 0, 2) is None
+    assert widget.stacks.isEnabled()  # the stack, chosen at Start
+    widget.layer.setCurrentText(flat.name)  # a single plane: nothing to go through
+    assert not widget.stacks.isEnabled() and "stack of planes" in widget.stacks.toolTip()
+    widget.layer.setCurrentText(image.name)
+    assert widget.stacks.isEnabled()
     assert stack_axis(image, viewer.dims.last_used, viewer.dims.ndim) == 0

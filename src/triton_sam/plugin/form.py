@@ -150,7 +150,8 @@ class SettingsForm(QWidget):
         layout.addLayout(form)
         for widget in (self.disk_cache, self.start):
             layout.addWidget(widget)
-        layout.addWidget(self._propagation_box())
+        self.stacks = self._propagation_box()
+        layout.addWidget(self.stacks)
         layout.addWidget(self._segment_all_box())
         for widget in (self.enabled, self.status, keys):
             layout.addWidget(widget)

@@ -60,7 +60,7 @@ class TritonSamWidget(SettingsForm):
         self._shut_down_on_delete = None  # napari deletes docked widgets with its window, without closing them
         self._key_actions: dict[str, object] = {}
         self._encode_all_worker = None
-        self._propagation = LabelPropagation(self.set_status, lambda: self.propagate.setText("Propagate label"))
+        self._propagation = LabelPropagation(self.set_status, self._propagation_finished)
         self._automatic = AutomaticSegmentation(self.set_status, lambda: self.segment_all.setText("Segment all"))
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
         self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
@@ -76,6 +76,7 @@ class TritonSamWidget(SettingsForm):
         self.propagate.clicked.connect(self.toggle_propagate)
         self.segment_all.clicked.connect(self.toggle_segment_all)
         self.enabled.toggled.connect(self._on_enabled)
+        self.layer.currentTextChanged.connect(self._enable_stack_controls)
         self._hook()
         self._refresh_layers()
         layers.import_for_labels()
@@ -202,6 +203,13 @@ class TritonSamWidget(SettingsForm):
         self._follow_contrast(self.image)
         self.say_ready(f"{engine.describe()}: ready.")
         self._on_step()
+
+    def _enable_stack_controls(self, name: str = "") -> None:
+        """The stack's buttons only for a layer with planes to go through (3D or more, colour aside)."""
+        layer = self.viewer.layers[name] if name in self.viewer.layers else None
+        stacked = isinstance(layer, Image) and layer.ndim > 2
+        self.stacks.setEnabled(stacked or self._propagation.running or self._encode_all_worker is not None)  # can stop
+        self.stacks.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
 
     @ensure_main_thread
     def _failed(self, error: Exception) -> None:
@@ -397,6 +405,11 @@ class TritonSamWidget(SettingsForm):
     def _encode_all_finished(self) -> None:
         self._encode_all_worker = None
         self.encode_all.setText("Encode all planes")
+        self._enable_stack_controls(self.layer.currentText())
+
+    def _propagation_finished(self) -> None:
+        self.propagate.setText("Propagate label")
+        self._enable_stack_controls(self.layer.currentText())
 
     def toggle_propagate(self) -> None:
         """Track the objects layer's selected label from the plane on screen through the stack;
