@@ -412,23 +412,24 @@ class TritonSamWidget(SettingsForm):
         self._enable_stack_controls(self.layer.currentText())
 
     def toggle_propagate(self) -> None:
-        """Track the objects layer's selected label from the plane on screen through the stack;
-        pressed again, stop (between planes)."""
+        """Track the objects layer's selected label (or every label on the plane on screen) from
+        the plane on screen through the stack; pressed again, stop (between planes)."""
         if self._propagation.running:
             self._propagation.stop()
             return
-        problem = self._propagation_problem()
+        objects = layers.existing_objects_layer(self.viewer, self.image) if self.ready else None
+        labels = self._labels_to_propagate(objects) if objects is not None else []
+        problem = self._propagation_problem(labels)
         if problem:
             self.set_status(problem)
             return
-        objects = layers.existing_objects_layer(self.viewer, self.image)
         axis = stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim)
         self._propagation.start(
             self.image,
             objects,
             self._index,
             axis,
-            self._labels_to_propagate(objects),
+            labels,
             self.chosen_direction(),
             self.chosen_max_planes(),
             (self.chosen_model(), self.chosen_repository()),
@@ -436,16 +437,15 @@ class TritonSamWidget(SettingsForm):
         )
         self.propagate.setText("Stop propagating")
 
-    def _propagation_problem(self) -> str | None:
-        """Why Propagate cannot run now, or None."""
+    def _propagation_problem(self, labels: list[int]) -> str | None:
+        """Why Propagate cannot run now with `labels`, or None."""
         if not self.ready:
             return "Press Start and wait for the plane to be encoded first."
         if stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim) is None:
             return "Propagate needs a stack of planes (a 3D or higher image layer)."
-        objects = layers.existing_objects_layer(self.viewer, self.image)
-        if objects is None or not self._labels_to_propagate(objects):
-            if self.propagates_all():
-                return "Commit objects on this plane to propagate them."
+        if not labels and self.propagates_all():
+            return "Commit objects on this plane to propagate them."
+        if not labels:
             return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
         if self.chosen_model().family != "sam2":
             return "Propagation through planes needs a SAM2.1 model."
@@ -453,9 +453,11 @@ class TritonSamWidget(SettingsForm):
 
     def _labels_to_propagate(self, objects) -> list[int]:
         """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
-        present = np.unique(np.asarray(objects.data[self._index]))
-        present = [int(label) for label in present if label != 0]
-        return present if self.propagates_all() else [label for label in present if label == int(objects.selected_label)]
+        plane = np.asarray(objects.data[self._index])
+        if self.propagates_all():
+            return [int(label) for label in np.unique(plane) if label != 0]
+        selected = int(objects.selected_label)
+        return [selected] if selected != 0 and np.any(plane == selected) else []
 
     def toggle_segment_all(self) -> None:
         """Segment everything on the plane on screen (or in the view) into a new labels layer;
