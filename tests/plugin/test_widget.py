@@ -772,14 +772,28 @@ def _disk_pixels(r: int) -> int:
     return int((xx**2 + yy**2 <= r**2).sum())
 
 
-def test_a_large_multiscale_dask_plane_is_encoded_where_the_view_is_and_segmented_at_native_resolution(
-    qtbot, viewer, synthetic_repository
+def _pyramid_level(data: np.ndarray, stored: str):
+    """`data` as a lazily read pyramid level: a dask array, or a zarr array whose chunk reads are counted."""
+    if stored == "dask":
+        return pytest.importorskip("dask.array").from_array(data, chunks=512)
+    zarr = pytest.importorskip("zarr")
+    store = zarr.storage.LoggingStore(zarr.storage.MemoryStore(), log_level="DEBUG")
+    array = zarr.create_array(store=store, shape=data.shape, chunks=(512, 512), dtype=data.dtype)
+    array[:] = data
+    store.counter.clear()
+    return array
+
+
+@pytest.mark.parametrize("stored", ["dask", "zarr"])
+def test_a_large_multiscale_plane_is_encoded_where_the_view_is_and_segmented_at_native_resolution(
+    qtbot, viewer, synthetic_repository, stored
 ):
-    da = pytest.importorskip("dask.array")
+    """A multiscale layer (dask, or zarr arrays as napari takes them) is read where it is used: the
+    view's tiles, not the whole plane."""
     from triton_sam.tiles import Tile, view_order
 
     full = disk_image(BIG_H, BIG_W, BIG_DISKS).astype(np.uint16) * 250
-    image = viewer.add_image([da.from_array(full, chunks=512), da.from_array(full[::4, ::4], chunks=512)], multiscale=True)
+    image = viewer.add_image([_pyramid_level(full, stored), _pyramid_level(full[::4, ::4], stored)], multiscale=True)
     camera = bindings.camera(viewer)
     camera.center, camera.zoom = (896, 1400), 1.0  # a view of a few tiles around the second disk
     widget = start(qtbot, viewer, repository=synthetic_repository)
@@ -790,6 +804,9 @@ def test_a_large_multiscale_dask_plane_is_encoded_where_the_view_is_and_segmente
     inside, near = view_order(session.tiles, view, around=512)
     assert all(session.encoded(t) for t in inside)  # the tiles in view, encoded first
     assert all(t in inside + near for t in session.tiles if session.encoded(t))  # and nothing far from it
+    if stored == "zarr":  # of level 0's 72 chunks, those napari draws and those under the tiles encoded
+        chunks_read = image.data[0].store.counter["get"]
+        assert 0 < chunks_read < 72, chunks_read
 
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 1400, 896))
