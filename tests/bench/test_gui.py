@@ -14,7 +14,7 @@ pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from qtpy.QtWidgets import QLabel  # noqa: E402
 
-from triton_sam.bench.gui import RunQueueClock, StallMonitor, _canvas, _run_until  # noqa: E402
+from triton_sam.bench.gui import RunQueueClock, StallMonitor, _canvas, _run_until, open_widget  # noqa: E402
 
 
 class SlowPaint(QObject):
@@ -28,6 +28,15 @@ class SlowPaint(QObject):
         if event.type() == QEvent.Type.Paint:
             time.sleep(self.seconds)
         return False
+
+
+def test_a_benchmark_s_panel_never_changes_what_the_user_s_panel_remembers(viewer, tmp_path, synthetic_repository):
+    """`private_settings` (the viewer fixture's) stands for the user's own settings here."""
+    widget = open_widget(viewer, "Triton", "127.0.0.1:1", "sam2.1_hiera_tiny", synthetic_repository)
+    widget.save_settings()  # as Start does
+    widget._settings.sync()  # written now
+    assert not list(tmp_path.rglob("*.conf"))
+    widget.close_session()
 
 
 def test_a_stall_is_split_into_drawing_the_window_and_the_rest(viewer):

@@ -10,14 +10,16 @@ Needs a display (use `xvfb-run -a` on a headless machine).
 from __future__ import annotations
 
 import bisect
+import functools
 import os
+import tempfile
 import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
-from qtpy.QtCore import QEvent, QEventLoop, QObject, QPointF, Qt, QTimer
+from qtpy.QtCore import QEvent, QEventLoop, QObject, QPointF, QSettings, Qt, QTimer
 from qtpy.QtGui import QMouseEvent
 from qtpy.QtOpenGLWidgets import QOpenGLWidget
 from qtpy.QtWidgets import QApplication, QWidget
@@ -232,13 +234,22 @@ def _canvas(widget) -> QOpenGLWidget:
 
 
 def open_widget(viewer, backend: str, url: str | None, model_id: str, repository: Path):
-    """The triton-sam panel, docked through napari's plugin API and filled in as a user would."""
+    """The triton-sam panel, docked through napari's plugin API and filled in as a user would. What
+    it remembers goes to a directory of the benchmark's own: a run must not leave the user's panel
+    pointing at a benchmark's server and model repository."""
+    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, _bench_settings().name)
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.backend.setCurrentText(backend)
     widget.url.setText(url or "")
     widget.model.setCurrentText(model_id)
     widget.repository.setText(str(repository.resolve()))
     return widget
+
+
+@functools.cache
+def _bench_settings() -> tempfile.TemporaryDirectory:
+    """Where panels opened by benchmarks keep their settings (removed when the process ends)."""
+    return tempfile.TemporaryDirectory(prefix="triton-sam-bench-settings-")
 
 
 def _backend_run(backend: str, url: str | None, model_id: str, repository: Path, stack, trace) -> dict:
