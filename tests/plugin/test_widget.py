@@ -93,15 +93,20 @@ def test_the_dock_widget_opens_by_plugin_name(viewer):
 
 
 def test_every_field_of_the_panel_shows_its_text_whole(qtbot, viewer):
-    """At the width napari gives the dock, no button, list or number is cut (the planes field
-    once showed "planes" for "all planes")."""
-    from qtpy.QtWidgets import QAbstractSpinBox, QComboBox, QPushButton
+    """In a window shorter than the panel (a laptop's), no button, list or number is cut or
+    squeezed: the panel scrolls (the planes field once showed "planes" for "all planes", and the
+    fields overlapped when the panel outgrew the window)."""
+    from qtpy.QtWidgets import QAbstractSpinBox, QComboBox, QLineEdit, QPushButton
 
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     qtbot.waitUntil(lambda: widget.isVisible() and widget.width() > 0, timeout=5000)
+    qtbot.wait(100)  # laid out with napari's style
+    fields = widget.findChildren(QPushButton) + widget.findChildren(QComboBox) + widget.findChildren(QAbstractSpinBox)
+    squeezed = [f for f in fields + widget.findChildren(QLineEdit) if f.height() < f.minimumSizeHint().height()]
+    assert not squeezed, [(f.objectName() or type(f).__name__, f.height()) for f in squeezed]
     cut = []
-    for field in widget.findChildren(QPushButton) + widget.findChildren(QComboBox) + widget.findChildren(QAbstractSpinBox):
-        if not field.isVisible():
+    for field in fields:
+        if not field.isVisibleTo(widget):
             continue
         if isinstance(field, QAbstractSpinBox):
             edit = field.lineEdit()

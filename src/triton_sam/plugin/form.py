@@ -9,17 +9,19 @@ import os
 import re
 from pathlib import Path
 
-from qtpy.QtCore import QSettings
+from qtpy.QtCore import QSettings, Qt
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -57,6 +59,27 @@ def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
 
 def _flag(settings: QSettings, key: str, default: bool) -> bool:
     return str(settings.value(key, "true" if default else "false")) == "true"
+
+
+class _VerticalScroll(QScrollArea):
+    """Scrolls its widget up and down only, at least as wide as the widget needs (known once it
+    is styled: napari's style sheet widens fields)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.setMinimumWidth(self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width())
+        super().showEvent(event)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        short = self.widget().minimumSizeHint().width() - self.viewport().width()  # frame and scroll bar as styled
+        if self.isVisible() and short > 0:
+            self.setMinimumWidth(self.width() + short)
 
 
 class SettingsForm(QWidget):
@@ -146,7 +169,8 @@ class SettingsForm(QWidget):
             ("Image layer", self.layer),
         ):
             form.addRow(label, field)
-        layout = QVBoxLayout(self)
+        fields = QWidget()
+        layout = QVBoxLayout(fields)
         layout.addLayout(form)
         for widget in (self.disk_cache, self.start):
             layout.addWidget(widget)
@@ -156,6 +180,11 @@ class SettingsForm(QWidget):
         for widget in (self.enabled, self.status, keys):
             layout.addWidget(widget)
         layout.addStretch()
+        scroll = _VerticalScroll()  # a laptop's screen is shorter than the panel: it scrolls, never squeezes
+        scroll.setWidget(fields)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
 
     def _propagation_box(self) -> QGroupBox:
         box = QGroupBox("Stacks (z or t)")
