@@ -38,60 +38,42 @@ def _commit_on_plane_2(qtbot, viewer, exported_repository, planes: int, disks: l
     return widget, viewer.layers[name]
 
 
-def test_propagate_tracks_the_committed_object_stops_between_planes_and_undoes_in_one_step(qtbot, viewer, exported_repository):
-    widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 6, [(53, 50)])  # on the first disk
-    assert objects.selected_label == 1
+def test_propagate_tracks_the_plane_s_labels_together_stops_between_planes_and_undoes_in_one_step(
+    qtbot, viewer, exported_repository
+):
+    """One test (each real SAM2.1 panel keeps ~3 GB alive for the rest of the suite): "All on this
+    plane" tracks both committed objects, never overlapping, stopped after the first plane."""
+    widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 6, [(53, 50), (112, 84)])  # two disks
+    assert objects.selected_label == 2  # the last committed; "All on this plane" tracks 1 as well
     objects.data[4, :10, :10] = OTHER_LABEL  # another object, there before: never painted over
     before = objects.data.copy()
 
+    widget.propagated.setCurrentText("All on this plane")
     widget.direction.setCurrentText("Forwards")
     QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
     assert widget.propagate.text() == "Stop propagating"
     yielded = {}
-    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1][1]))
+    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
     qtbot.waitUntil(lambda: len(yielded) >= 1, timeout=120000)
     QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)  # stop: the plane being tracked is finished, no other starts
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
 
     assert widget.propagate.text() == "Propagate label"
     assert sorted(yielded) == list(range(3, 3 + len(yielded))) and len(yielded) < 3
-    assert any(mask.any() for mask in yielded.values())
-    for plane, mask in yielded.items():  # each plane written whole, around the other object
-        free = before[plane] == 0
-        np.testing.assert_array_equal(objects.data[plane] == 1, mask & free)
-    assert np.all(objects.data[4, :10, :10] == OTHER_LABEL)
-    np.testing.assert_array_equal(objects.data[2], before[2])  # the prompt plane keeps the user's object
-    assert not np.any(objects.data[5] == 1)  # not reached
-    assert objects.metadata[layers.PROVENANCE_KEY][1]["propagated"]["from_plane"] == [2]
-
-    objects.undo()
-    np.testing.assert_array_equal(objects.data, before)
-
-
-def test_propagate_all_tracks_every_label_on_the_plane_together_never_overlapping(qtbot, viewer, exported_repository):
-    widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 5, [(53, 50), (112, 84)])  # two disks
-    objects.data[4, :10, :10] = OTHER_LABEL  # on another plane: not tracked, never painted over
-    objects.selected_label = 1  # "All on this plane" tracks 2 as well
-    before = objects.data.copy()
-
-    widget.propagated.setCurrentText("All on this plane")
-    widget.direction.setCurrentText("Forwards")
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
-    yielded = {}
-    widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
-    qtbot.waitUntil(lambda: not widget._propagation.running, timeout=180000)
-
-    assert sorted(yielded) == [3, 4] and all(sorted(masks) == [1, 2] for masks in yielded.values())
-    for plane, masks in yielded.items():
+    assert all(sorted(masks) == [1, 2] for masks in yielded.values())
+    assert any(mask.any() for masks in yielded.values() for mask in masks.values())
+    for plane, masks in yielded.items():  # each plane written whole, around the other object
         assert not np.any(masks[1] & masks[2])  # one label a pixel
         free = before[plane] == 0
         for label, mask in masks.items():
             np.testing.assert_array_equal(objects.data[plane] == label, mask & free)
     assert np.all(objects.data[4, :10, :10] == OTHER_LABEL)
     np.testing.assert_array_equal(objects.data[2], before[2])  # the prompt plane keeps the user's objects
+    assert not np.any(np.isin(objects.data[5], [1, 2]))  # not reached
     records = objects.metadata[layers.PROVENANCE_KEY]
+    assert records[1]["propagated"]["from_plane"] == [2]
     assert records[1]["propagated"]["with_labels"] == records[2]["propagated"]["with_labels"] == [1, 2]
-    assert "2 labels propagated to 2 planes" in widget.status.text()
+
     objects.undo()
     np.testing.assert_array_equal(objects.data, before)
 
