@@ -147,6 +147,28 @@ def test_commit_right_after_a_click_waits_for_its_decode(session):
     assert committed is not None and committed.mask[150, 300]
 
 
+def test_commit_right_after_a_move_takes_the_object_moved_onto(session, monkeypatch):
+    """A key pressed before the preview of the last move arrived (a remote server's latency) means
+    that move: commit waits for it; it once found nothing to commit."""
+    decode = session.engine.decode
+    monkeypatch.setattr(session.engine, "decode", lambda *args, **kwargs: time.sleep(0.2) or decode(*args, **kwargs))
+    session.hover(80, 80)
+    session.hover(300, 150)
+    committed = session.commit()  # no waiting on our side
+    assert committed is not None and committed.mask[150, 300] and not committed.mask[80, 80]
+    assert committed.provenance["points"] == [[300, 150]]
+
+
+def test_commit_after_the_cursor_left_finds_nothing_at_once(session, monkeypatch):
+    decode = session.engine.decode
+    monkeypatch.setattr(session.engine, "decode", lambda *args, **kwargs: time.sleep(0.2) or decode(*args, **kwargs))
+    session.hover(300, 150)
+    session.leave()
+    started = time.perf_counter()
+    assert session.commit() is None
+    assert time.perf_counter() - started < 2.0  # the decode it cancelled, not commit's 30-s wait
+
+
 def test_commit_without_prompts_takes_the_object_under_the_cursor(session):
     session.hover(300, 150)
     session.previews.wait_for(lambda p: p is not None and p.point == (300, 150))

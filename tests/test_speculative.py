@@ -269,6 +269,40 @@ def test_clear_cancels_hovers_and_optionally_prompts():
     assert [d.value for d in recorder.deliveries] == ["p"] and "p2" in engine.cancelled_in_engine
 
 
+def test_waiting_for_the_newest_hover_ends_once_its_preview_is_delivered():
+    delivered = []
+
+    def slow_delivery(delivery) -> None:  # the session shows it under its lock: not instant
+        time.sleep(0.05)
+        delivered.append(delivery.value)
+
+    engine = FakeEngine(latency_s=0.1)
+    with SpeculativeDecoder(slow_delivery) as decoder:
+        decoder.hover(engine.job("old"))
+        decoder.hover(engine.job("newest"))
+        assert decoder.wait_for_hover(5.0)
+        assert delivered == ["newest"]
+
+
+@pytest.mark.parametrize("ending", ["cleared", "failed", "timeout"])
+def test_waiting_for_a_hover_that_will_not_be_delivered_ends_without_it(ending):
+    engine = FakeEngine(latency_s=0.3 if ending != "timeout" else 5.0)
+    recorder = Recorder()
+
+    def broken(token):
+        raise RuntimeError("server away")
+
+    with SpeculativeDecoder(recorder, on_error=lambda error: None) as decoder:
+        decoder.hover(broken if ending == "failed" else engine.job("h"))
+        if ending == "cleared":
+            threading.Timer(0.05, decoder.clear).start()  # the cursor left the image meanwhile
+        started = time.monotonic()
+        answered = decoder.wait_for_hover(0.5)
+        waited = time.monotonic() - started
+    assert recorder.deliveries == []
+    assert answered == (ending != "timeout") and waited < (0.45 if ending != "timeout" else 1.0)
+
+
 def test_an_engine_error_is_reported_and_the_worker_keeps_going():
     errors = []
     recorder = Recorder()

@@ -541,8 +541,13 @@ class InteractiveSession:
         """Finish the object: its full-size mask and a new id. Waits for its prompt decodes first.
 
         What is stored is a preview's `mask`: the object its prompts make (the hover `hint` is
-        not part of it) or, with no prompts, the object under the cursor.
+        not part of it) or, with no prompts, the object under the cursor (once its preview, if
+        on its way, is in: a key pressed just after a move means the object moved onto).
         """
+        with self._lock:
+            hover_only = self.object.empty
+        if hover_only:  # (not holding the lock: the preview is delivered under it)
+            self._decoder.wait_for_hover(wait_s)
         with self._lock:
             obj, plane = self.object, self._plane
             if plane is None:

@@ -166,7 +166,7 @@ class SpeculativeDecoder:
             self._moved(job.t_submitted)
             self._pending_hover = job
             self._cancel_running(self._supersede_now)
-            self._cond.notify()
+            self._cond.notify_all()  # the workers, and a `wait_for_hover`
         return job.seq
 
     def _moved(self, now: float) -> None:
@@ -240,7 +240,21 @@ class SpeculativeDecoder:
         if self._pending_hover is not None:
             self.stats.superseded += 1
             self._pending_hover = None
+            self._cond.notify_all()  # a `wait_for_hover`: it will not be answered
         self._cancel_running(lambda j: j.kind == HOVER)
+
+    def wait_for_hover(self, timeout_s: float) -> bool:
+        """Wait until the newest hover job has been answered (delivered or failed) or will not be
+        (dropped, cancelled); False on timeout. A key pressed just after a move means that move."""
+        with self._cond:
+            seq = self._latest_hover
+            return self._cond.wait_for(
+                lambda: (
+                    (self._pending_hover is None or self._pending_hover.seq != seq)
+                    and not any(job.seq == seq for job in self._in_flight)
+                ),
+                timeout_s,
+            )
 
     def is_current(self, seq: int) -> bool:
         """Whether a delivered result is still the newest (for a final check on the GUI thread)."""
@@ -303,19 +317,25 @@ class SpeculativeDecoder:
     def _work(self) -> None:
         while (job := self._next_job()) is not None:
             try:
-                value, error = job.run(job.token), None
-            except DecodeCancelled:
+                self._run(job)
+            finally:  # in flight until delivered: `wait_for_hover` returns once the preview is out
                 with self._cond:
                     self._in_flight.discard(job)
-                    self.stats.cancelled += 1
-                continue
-            except Exception as exc:  # an engine error must not kill the worker; report it
-                value, error = None, exc
-            self._finish(job, value, error)
+                    self._cond.notify_all()
+
+    def _run(self, job: Job) -> None:
+        try:
+            value, error = job.run(job.token), None
+        except DecodeCancelled:
+            with self._cond:
+                self.stats.cancelled += 1
+            return
+        except Exception as exc:  # an engine error must not kill the worker; report it
+            value, error = None, exc
+        self._finish(job, value, error)
 
     def _finish(self, job: Job, value: Any, error: Exception | None) -> None:
         with self._cond:
-            self._in_flight.discard(job)
             if job.token.cancelled:  # finished anyway (the engine could not stop it): not shown
                 self.stats.cancelled += 1
                 return
