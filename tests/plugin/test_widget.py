@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -574,16 +576,43 @@ def test_closing_the_panel_mid_decode_stops_its_work_and_lets_go_of_the_viewer(q
     again.close_session()
 
 
-def test_closing_the_viewer_stops_the_session(qtbot, viewer, synthetic_repository):
+def _used_engine(qtbot, viewer, synthetic_repository):
+    """A panel on a 3-plane stack that encoded, prefetched, hovered and committed: (widget, a weak
+    reference to its engine). napari keeps every worker (its function and arguments) as long as
+    its window: a closed panel's engine, gigabytes of ONNX Runtime sessions, lived on."""
+    image = viewer.add_image(np.stack([disk_image(H, W, DISKS)] * 3))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    engine = weakref.ref(widget.session.engine)
+    viewer.dims.set_current_step(0, 1)  # another plane: its encode and its neighbours' prefetch
+    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=10000)
+    move(viewer, world(image, 80, 80)[-2:])
+    key(viewer, "commit")  # at once: the object moved onto
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    qtbot.wait(500)  # the prefetch of the neighbours ends
+    return widget, engine
+
+
+def _gone(qtbot, reference: weakref.ref) -> None:
+    qtbot.waitUntil(lambda: gc.collect() is not None and reference() is None, timeout=10000)
+
+
+def test_closing_the_panel_lets_go_of_its_engine(qtbot, viewer, synthetic_repository):
+    widget, engine = _used_engine(qtbot, viewer, synthetic_repository)
+    viewer.window.remove_dock_widget(widget)  # what the panel's close button does
+    _gone(qtbot, engine)
+
+
+def test_closing_the_viewer_stops_the_session_and_lets_go_of_the_engine(qtbot, viewer, synthetic_repository):
     def decode_threads():
         return [t for t in threading.enumerate() if t.name.startswith("triton-sam-decode")]
 
     before = decode_threads()
-    viewer.add_image(disk_image(H, W, DISKS))
-    start(qtbot, viewer, repository=synthetic_repository)
+    widget, engine = _used_engine(qtbot, viewer, synthetic_repository)
     assert len(decode_threads()) > len(before)
     viewer.close()  # napari deletes its docked widgets without closing them
     qtbot.waitUntil(lambda: decode_threads() == before, timeout=5000)
+    _gone(qtbot, engine)
 
 
 def _as(dtype, data: np.ndarray) -> np.ndarray:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 import numpy as np
 from napari.layers import Image, Labels
-from napari.qt.threading import create_worker
 from napari.utils import progress
 from superqt.utils import ensure_main_thread
 
@@ -23,6 +22,7 @@ from ..errors import DecodeCancelled
 from ..features import FeatureCache
 from ..tiles import Tile
 from . import layers
+from .workers import make_worker
 
 AUTOMATIC_SUFFIX = " [triton-sam automatic]"
 AUTOMATIC_KEY = "triton_sam_automatic"  # in the layer's metadata: image, plane, region, model, parameters
@@ -94,7 +94,7 @@ class AutomaticSegmentation:
         contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
         generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
         bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
-        cancel, over = CancelToken(), []
+        cancel, over, model_id = CancelToken(), [], engine.spec.model_id  # slots hold no engine: napari keeps them
 
         @ensure_main_thread
         def advance(done: int, total: int) -> None:
@@ -114,7 +114,7 @@ class AutomaticSegmentation:
                 "plane": list(index),
                 "region": list(region),
                 "tiles": len(crops) if tiles else 0,
-                "model": engine.spec.model_id,
+                "model": model_id,
                 "parameters": options,
             }
             layer = add_automatic_layer(viewer, image, index, region, labels, record)
@@ -133,7 +133,7 @@ class AutomaticSegmentation:
             self._cancel = None
             self._on_finished()
 
-        worker = create_worker(run, _ignore_errors=True, _start_thread=False)
+        worker = make_worker(run)
         worker.returned.connect(returned)
         worker.errored.connect(failed)
         worker.finished.connect(finished)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 from napari.layers import Image, Labels
-from napari.qt.threading import create_worker
 
 from ..features import FeatureCache
 from ..image import lazy_index
@@ -23,6 +22,7 @@ from ..registry import ModelSpec
 from ..video import VolumePredictor, VolumeState
 from ..video.propagation import BACKWARDS, FORWARDS, propagate_masks
 from . import layers
+from .workers import make_worker
 
 
 def stack_axis(image: Image, last_used: int, viewer_ndim: int) -> int | None:
@@ -51,6 +51,7 @@ class LabelPropagation:
         self._predictor_for: tuple | None = None
         self._states: dict[tuple, VolumeState] = {}
         self._worker = None
+        self._closing = False  # closed while running: the predictor is closed when the run ends
         self._history = ExitStack()
 
     @property
@@ -90,9 +91,7 @@ class LabelPropagation:
         total = _planes_to_track(
             image.data.shape[axis] if not image.multiscale else image.data[0].shape[axis], frame, direction, max_planes
         )
-        worker = create_worker(
-            run, _progress={"total": total, "desc": "triton-sam: propagating"}, _ignore_errors=True, _start_thread=False
-        )
+        worker = make_worker(run, progress={"total": total, "desc": "triton-sam: propagating"})
         done, failed = [], []
 
         def write(result) -> None:
@@ -105,6 +104,8 @@ class LabelPropagation:
         def finished() -> None:
             self._history.close()  # the run's writes become one undo step
             self._worker = None
+            if self._closing:
+                self._close_predictor()
             if done:
                 records = objects.metadata.setdefault(layers.PROVENANCE_KEY, {})
                 for label in labels:
@@ -138,15 +139,18 @@ class LabelPropagation:
 
     def close(self) -> None:
         """Stop, and let go of the tracking states and the predictor (once a running plane is done)."""
-        predictor, self._predictor, self._predictor_for = self._predictor, None, None
         self._states.clear()
-        if predictor is None:
-            return
         if self._worker is None:
-            predictor.close()
+            self._close_predictor()
         else:
-            self._worker.finished.connect(predictor.close)
+            self._closing = True  # the run's end closes it
             self.stop()
+
+    def _close_predictor(self) -> None:
+        predictor, self._predictor, self._predictor_for = self._predictor, None, None
+        self._closing = False
+        if predictor is not None:
+            predictor.close()
 
     def _volume_predictor(self, model: tuple[ModelSpec, Path], cache: FeatureCache | None) -> VolumePredictor:
         """One predictor per model and repository (made in the worker: it loads four graphs)."""

@@ -9,13 +9,13 @@ they touch a layer.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import replace
 from functools import partial
 
 import napari
 import numpy as np
 from napari.layers import Image
-from napari.qt.threading import create_worker
 from qtpy.QtCore import QEvent, QTimer, Signal
 from superqt.utils import ensure_main_thread
 
@@ -29,6 +29,7 @@ from . import bindings, layers
 from .automatic import VIEW, AutomaticSegmentation
 from .form import SettingsForm
 from .propagation import LabelPropagation, stack_axis
+from .workers import make_worker
 
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
 AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
@@ -57,7 +58,6 @@ class TritonSamWidget(SettingsForm):
         self._index: tuple[int, ...] | None = None
         self._encoding = None
         self._closed = False
-        self._shut_down_on_delete = None  # napari deletes docked widgets with its window, without closing them
         self._key_actions: dict[str, object] = {}
         self._encode_all_worker = None
         self._propagation = LabelPropagation(self.set_status, self._propagation_finished)
@@ -77,6 +77,9 @@ class TritonSamWidget(SettingsForm):
         self.segment_all.clicked.connect(self.toggle_segment_all)
         self.enabled.toggled.connect(self._on_enabled)
         self.layer.currentTextChanged.connect(self._enable_stack_controls)
+        # napari deletes docked widgets with its window without closing them, and may keep their
+        # Python side alive: the engine goes when the Qt side does.
+        self.destroyed.connect(partial(_let_go_of, weakref.ref(self)))
         self._hook()
         self._refresh_layers()
         layers.import_for_labels()
@@ -129,13 +132,8 @@ class TritonSamWidget(SettingsForm):
 
     def find_models(self) -> None:
         """Fill the model list with what the server (or the local repository) offers."""
-        worker = create_worker(
-            offered_models,
-            self.chosen_backend(),
-            self.chosen_repository(),
-            replace(self.connection(), timeout_s=3.0),
-            _ignore_errors=True,
-            _start_thread=False,
+        worker = make_worker(
+            offered_models, self.chosen_backend(), self.chosen_repository(), replace(self.connection(), timeout_s=3.0)
         )
         worker.returned.connect(self._models_found)
         worker.errored.connect(self._failed)
@@ -163,15 +161,7 @@ class TritonSamWidget(SettingsForm):
         backend = self.chosen_backend()
         self.set_status(f"Connecting ({backend}) ...")
         self.start.setEnabled(False)
-        worker = create_worker(
-            create_engine,
-            self.chosen_model(),
-            backend,
-            self.chosen_repository(),
-            connection=self.connection(),
-            _ignore_errors=True,  # reported in the status line (`_failed`), not re-raised as a traceback
-            _start_thread=False,
-        )
+        worker = make_worker(create_engine, self.chosen_model(), backend, self.chosen_repository(), connection=self.connection())
         worker.returned.connect(self._engine_ready)
         worker.errored.connect(self._failed)
         worker.finished.connect(lambda: self.start.setEnabled(True))
@@ -191,8 +181,6 @@ class TritonSamWidget(SettingsForm):
             self._failed(error)
             return
         self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
-        self._shut_down_on_delete = self.session.close
-        self.destroyed.connect(self._shut_down_on_delete)
         layer = layers.preview_layer(self.viewer, self.image, window=self._large)
         self.preview = layers.WindowPreview(layer) if self._large else layers.LivePreview(layer)
         self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
@@ -250,15 +238,13 @@ class TritonSamWidget(SettingsForm):
         contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
         self.set_status(status)
         started = time.perf_counter()
-        worker = create_worker(
+        worker = make_worker(
             self.session.set_plane,
             key,
             data,
             contrast,
             layers.plane_levels(self.image, index),
-            _progress={"desc": "triton-sam: encoding"},
-            _ignore_errors=True,
-            _start_thread=False,
+            progress={"desc": "triton-sam: encoding"},
         )
         worker.returned.connect(lambda _: self._plane_ready(index, time.perf_counter() - started))
         worker.errored.connect(self._failed)
@@ -311,19 +297,24 @@ class TritonSamWidget(SettingsForm):
         around = [t for t in ahead if t not in inside and not session.encoded(t)]
         visible, index = len(todo), self._index
 
-        def moved_on() -> bool:
-            return generation != self._view_generation or session is not self.session
+        def view_moved() -> bool:
+            return generation != self._view_generation
 
-        def encode() -> None:
+        def moved_on() -> bool:
+            return view_moved() or session is not self.session
+
+        def encode() -> bool:
             session.encode_tiles(todo, partial(self._tiles_progress, visible=visible), moved_on)
             # The tiles around the view are work ahead of need: they wait while the cursor moves.
             session.encode_tiles(
                 around, partial(self._tiles_progress, visible=visible, before=visible), moved_on, AROUND_VIEW_WAIT_S
             )
+            return not moved_on()
 
-        worker = create_worker(encode, _ignore_errors=True, _start_thread=False)
+        worker = make_worker(encode)
         worker.errored.connect(self._failed)
-        worker.returned.connect(lambda _: moved_on() or self._prefetch_neighbours(index, inside, moved_on))
+        # (The slot holds no session: napari keeps a worker's slots as long as its window.)
+        worker.returned.connect(lambda current: current and self._prefetch_neighbours(index, inside, view_moved))
         worker.start()
 
     def _view_tiles(self) -> list[Tile]:
@@ -346,6 +337,8 @@ class TritonSamWidget(SettingsForm):
         """Encode the planes one step away on each slider in the background (cached by content):
         whole, or of large planes the `tiles` in view, these once the cursor rests and until
         `view_moved()`."""
+        if self.session is None:
+            return
         shape = self.image.data.shape[: self.image.ndim - 2]
         neighbours = [
             index[:axis] + (index[axis] + step,) + index[axis + 1 :]
@@ -368,7 +361,7 @@ class TritonSamWidget(SettingsForm):
                 data, levels = layers.plane_data(image, neighbour), layers.plane_levels(image, neighbour)
                 session.prefetch(data, contrast, tiles, levels, moved_on, AROUND_VIEW_WAIT_S if tiles else 0.0)
 
-        create_worker(prefetch, _ignore_errors=True, _start_thread=False).start()
+        make_worker(prefetch).start()
 
     def toggle_encode_all(self) -> None:
         """Encode every plane of the layer in the background (with progress); of large planes, the
@@ -389,12 +382,7 @@ class TritonSamWidget(SettingsForm):
             planes = [(layers.plane_data(image, index), layers.plane_levels(image, index)) for index in indices]
             yield from session.prefetch_planes(planes, contrast, tiles, lambda: worker.abort_requested)
 
-        worker = create_worker(
-            encode_all,
-            _progress={"total": len(indices), "desc": "triton-sam: encoding all planes"},
-            _ignore_errors=True,
-            _start_thread=False,
-        )
+        worker = make_worker(encode_all, progress={"total": len(indices), "desc": "triton-sam: encoding all planes"})
         worker.yielded.connect(lambda done: self.set_status(f"Encoded {done} of {len(indices)} planes."))
         worker.finished.connect(self._encode_all_finished)
         worker.errored.connect(self._failed)
@@ -522,7 +510,7 @@ class TritonSamWidget(SettingsForm):
         if not self.interactive():
             return
         index = self._index
-        worker = create_worker(self.session.commit, _ignore_errors=True, _start_thread=False)
+        worker = make_worker(self.session.commit)
         worker.returned.connect(lambda committed: self._write(committed, index))
         worker.errored.connect(self._failed)
         worker.start()
@@ -607,11 +595,19 @@ class TritonSamWidget(SettingsForm):
 
     def close_session(self) -> None:
         """Stop decoding and let go of the engine; results still in flight are ignored."""
-        self._closed = True
         self._follow_contrast(None)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Stop all work and drop the engine, in Python only (also when the Qt side is already deleted)."""
+        self._closed = True
         self._propagation.close()
         self._automatic.stop()
         if self.session is not None:
-            self.destroyed.disconnect(self._shut_down_on_delete)
             self.session.close()
             self.session = None
+
+
+def _let_go_of(widget: weakref.ref[TritonSamWidget]) -> None:
+    if (alive := widget()) is not None:
+        alive._let_go()

@@ -1,0 +1,62 @@
+"""napari workers that let go of their function and arguments when they end (napari keeps every
+worker as long as its window)."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import weakref
+
+import pytest
+
+napari = pytest.importorskip("napari")
+
+from triton_sam.plugin.workers import make_worker  # noqa: E402
+
+
+class Held:
+    """Stands for an engine or a plane a worker is given."""
+
+
+def _run(qtbot, worker) -> None:
+    with qtbot.waitSignal(worker.finished, timeout=5000):
+        worker.start()
+
+
+def test_a_function_worker_returns_and_lets_go_of_its_arguments(qtbot, viewer):
+    held = Held()
+    worker = make_worker(lambda value, scale: (id(value), scale), held, scale=2)
+    returned = []
+    worker.returned.connect(returned.append)
+    reference = weakref.ref(held)
+    del held
+    _run(qtbot, worker)
+    gc.collect()
+    assert returned[0][1] == 2 and reference() is None
+
+
+def test_a_stopped_generator_worker_lets_go_of_its_generator_and_arguments(qtbot, viewer):
+    def count(value: Held):
+        yield from itertools.count()  # never ends on its own
+
+    held = Held()
+    worker = make_worker(count, held, progress={"total": 10})
+    yielded = []
+    worker.yielded.connect(yielded.append)
+    worker.yielded.connect(lambda _: worker.quit())
+    reference = weakref.ref(held)
+    del held
+    _run(qtbot, worker)
+    gc.collect()
+    assert yielded[0] == 0 and reference() is None
+
+
+def test_a_failing_worker_reports_its_error(qtbot, viewer):
+    def fail():
+        raise ValueError("bad plane")
+
+    worker = make_worker(fail)
+    errors = []
+    worker.errored.connect(errors.append)
+    _run(qtbot, worker)
+    assert [str(error) for error in errors] == ["bad plane"]
