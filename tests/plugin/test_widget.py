@@ -273,6 +273,48 @@ def test_changing_contrast_limits_encodes_the_plane_as_now_shown_and_decodes_the
     widget.close_session()
 
 
+def test_replacing_the_layer_s_data_encodes_the_plane_anew_and_another_shape_needs_start(qtbot, viewer, synthetic_repository):
+    """A filter or plugin that replaces the layer's data: the model sees the new pixels (it kept
+    segmenting the old ones); data of another shape stops the panel with a message."""
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 80, 80))
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
+
+    encodes = widget.session.cache.misses
+    image.data = disk_image(H, W, [(200, 60, 30)])  # other objects, the same shape
+    qtbot.waitUntil(lambda: widget.session.cache.misses == encodes + 1 and widget.ready, timeout=10000)
+    move(viewer, world(image, 200, 60))
+    qtbot.waitUntil(lambda: preview.data[60, 200] == 1, timeout=10000)
+    assert not preview.data[80, 80]
+
+    image.data = disk_image(H // 2, W, DISKS[:1])
+    assert widget.session is None and "changed shape" in widget.status.text()
+    assert not preview.data.any()  # cleared, and no more previews
+    move(viewer, world(image, 80, 80))
+    qtbot.wait(300)
+    assert not preview.data.any()
+    widget.close_session()
+
+
+def test_a_plane_shown_by_the_slider_previews_where_the_cursor_rests(qtbot, viewer, synthetic_repository):
+    """Scrolling through a stack with the keys or the wheel, the cursor still: each plane's
+    preview appears once it is encoded, without a move."""
+    stack = np.stack([disk_image(H, W, []), disk_image(H, W, [(200, 60, 30)])])
+    image = viewer.add_image(stack)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    move(viewer, world(image, 200, 60)[-2:])
+    qtbot.wait(300)
+    assert not preview.data[60, 200]  # nothing there on plane 0
+    viewer.dims.set_current_step(0, 1)
+    qtbot.waitUntil(lambda: preview.data[60, 200] == 1, timeout=10000)
+    widget.close_session()
+
+
 def test_the_triton_backend_against_a_local_server(qtbot, viewer, synthetic_server):
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()

@@ -29,6 +29,7 @@ def camera(viewer):
 
 def hover(widget, viewer, event) -> None:
     """Mouse move: ask for the preview of the object under the cursor."""
+    widget.cursor = event.position  # where a plane shown later is previewed without a move
     if widget.interactive():
         widget.session.hover(*layers.image_xy(widget.image, event.position))
 

@@ -34,7 +34,7 @@ from .workers import make_worker
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
 AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
 VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
-CONTRAST_SETTLE_MS = 400  # contrast limits rest this long before the plane is encoded as now seen (a slider drag)
+CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 
 
@@ -56,6 +56,7 @@ class TritonSamWidget(SettingsForm):
         self.preview: layers.LivePreview | layers.WindowPreview | None = None
         self.prompts = self.box = None  # layers drawing the prompts
         self._index: tuple[int, ...] | None = None
+        self.cursor = None  # world position of the last mouse move over the canvas
         self._encoding = None
         self._closed = False
         self._key_actions: dict[str, object] = {}
@@ -65,9 +66,10 @@ class TritonSamWidget(SettingsForm):
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
         self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
         self._view_timer.timeout.connect(self._encode_view)
-        self._contrast_timer = QTimer(self, singleShot=True, interval=CONTRAST_SETTLE_MS)
-        self._contrast_timer.timeout.connect(self._contrast_rested)
-        self._contrast_of: Image | None = None  # the layer whose contrast limits the panel follows
+        self._change_timer = QTimer(self, singleShot=True, interval=CHANGE_SETTLE_MS)
+        self._change_timer.timeout.connect(self._image_rested)
+        self._followed: Image | None = None  # the layer whose pixels and contrast limits the panel follows
+        self._layout: tuple | None = None  # its dimensions, shape and colour when followed
         self._on_move = partial(bindings.hover, self)
         self._on_press = partial(bindings.press, self)
         self.refresh.clicked.connect(self.find_models)
@@ -188,7 +190,7 @@ class TritonSamWidget(SettingsForm):
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
         self._index = None
-        self._follow_contrast(self.image)
+        self._follow(self.image)
         self.say_ready(f"{engine.describe()}: ready.")
         self._on_step()
 
@@ -211,22 +213,35 @@ class TritonSamWidget(SettingsForm):
         if index != self._index:
             self._show_plane(index, f"Encoding plane {index or '(2D)'} ...")
 
-    def _follow_contrast(self, image: Image | None) -> None:
-        """Encode the plane on screen again when `image`'s contrast limits change (None: stop following)."""
-        if self._contrast_of is not None:
-            self._contrast_of.events.contrast_limits.disconnect(self._on_contrast)
-        self._contrast_timer.stop()
-        self._contrast_of = image
+    def _follow(self, image: Image | None) -> None:
+        """Encode the plane on screen again when `image`'s contrast limits or pixels change (None: stop following)."""
+        if self._followed is not None:
+            self._followed.events.contrast_limits.disconnect(self._on_contrast)
+            self._followed.events.data.disconnect(self._on_data)
+        self._change_timer.stop()
+        self._followed, self._layout = image, None
         if image is not None:
+            self._layout = _layout(image)
             image.events.contrast_limits.connect(self._on_contrast)
+            image.events.data.connect(self._on_data)
 
     def _on_contrast(self, event=None) -> None:
-        self._contrast_timer.start()  # (again): a slider drag sends many changes
+        if not self._followed.rgb:  # (SAM sees RGB as it is)
+            self._change_timer.start()  # (again): a slider drag sends many changes
 
-    def _contrast_rested(self) -> None:
-        """The contrast limits rest: the model sees the plane as the user does (cached limits are instant)."""
-        if self._index is not None and self.session is not None and not self.image.rgb and self.image in self.viewer.layers:
-            self._show_plane(self._index, f"Contrast changed: encoding plane {self._index or '(2D)'} as now shown ...")
+    def _on_data(self, event=None) -> None:
+        """The layer's data was replaced (a filter, a plugin): the plane on screen is encoded anew;
+        data of another shape needs Start (the panel's layers have the old one)."""
+        if _layout(self._followed) == self._layout:
+            self._change_timer.start()
+            return
+        self.close_session()
+        self.set_status("The image layer's data changed shape: press Start to segment it.")
+
+    def _image_rested(self) -> None:
+        """Contrast limits or pixels rest: the model sees the plane as the user does (cached limits are instant)."""
+        if self._index is not None and self.session is not None and self.image in self.viewer.layers:
+            self._show_plane(self._index, f"The image changed: encoding plane {self._index or '(2D)'} as now shown ...")
 
     def _show_plane(self, index: tuple[int, ...], status: str) -> None:
         """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
@@ -255,11 +270,18 @@ class TritonSamWidget(SettingsForm):
         if self.session is None or self.image is None or index != self._index:
             return  # closed, or the user moved on while this plane was encoded
         self.draw_prompts()  # the object in progress on this plane, if any
+        self._preview_at_cursor()
         if self.tiled:
             self._encode_view()
             return
         self.say_ready(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
         self._prefetch_neighbours(index)
+
+    def _preview_at_cursor(self) -> None:
+        """Preview where the cursor rests: a plane just shown (slider keys, the wheel, the image
+        changed) previews without a move, and no preview of the plane as it was stays."""
+        if self.cursor is not None and self.interactive():
+            self.session.hover(*layers.image_xy(self.image, self.cursor))
 
     @property
     def tiled(self) -> bool:
@@ -594,9 +616,11 @@ class TritonSamWidget(SettingsForm):
             self._unhook()
 
     def close_session(self) -> None:
-        """Stop decoding and let go of the engine; results still in flight are ignored."""
-        self._follow_contrast(None)
+        """Stop decoding and let go of the engine; results still in flight are ignored, the preview is cleared."""
+        self._follow(None)
         self._let_go()
+        if self.preview is not None and self.preview.layer in self.viewer.layers:
+            self.preview.show(None)
 
     def _let_go(self) -> None:
         """Stop all work and drop the engine, in Python only (also when the Qt side is already deleted)."""
@@ -606,6 +630,11 @@ class TritonSamWidget(SettingsForm):
         if self.session is not None:
             self.session.close()
             self.session = None
+
+
+def _layout(image: Image) -> tuple:
+    """What the panel's layers and planes depend on: the image's dimensions, shape and colour."""
+    return image.ndim, tuple(image.data.shape), image.rgb
 
 
 def _let_go_of(widget: weakref.ref[TritonSamWidget]) -> None:
