@@ -315,6 +315,24 @@ def test_a_plane_shown_by_the_slider_previews_where_the_cursor_rests(qtbot, view
     widget.close_session()
 
 
+def test_renaming_the_image_layer_keeps_its_objects_in_one_layer(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS), name="cells")
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    for number, (x, y, _) in enumerate(DISKS, start=1):
+        if number == 2:
+            image.name = "cells, day 2"
+        click(viewer, world(image, x, y))
+        key(viewer, "commit")
+        name = layers.objects_name(image)
+        qtbot.waitUntil(lambda x=x, y=y, name=name: name in viewer.layers and viewer.layers[name].data[y, x] > 0, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    assert objects.name == "cells, day 2 [triton-sam objects]" and "cells [triton-sam objects]" not in viewer.layers
+    assert objects.data[80, 80] == 1 and objects.data[150, 300] == 2
+    assert layers.existing_objects_layer(viewer, image) is objects  # what Propagate tracks from
+    widget.close_session()
+
+
 def test_the_triton_backend_against_a_local_server(qtbot, viewer, synthetic_server):
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()

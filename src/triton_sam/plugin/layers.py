@@ -204,6 +204,16 @@ def existing_objects_layer(viewer, image: Image) -> Labels | None:
     return None
 
 
+def rename_objects_layer(viewer, old_name: str, image: Image) -> None:
+    """The objects layer of the image layer called `old_name` belongs to `image`, that name's layer
+    renamed; named after it, unless the user named it otherwise."""
+    for layer in viewer.layers:
+        if isinstance(layer, Labels) and layer.metadata.get(IMAGE_KEY) == old_name:
+            layer.metadata[IMAGE_KEY] = image.name
+            if layer.name == f"{old_name}{OBJECTS_SUFFIX}":
+                layer.name = objects_name(image)
+
+
 def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:
     """The output Labels layer for `image`'s committed objects (same shape as its data axes),
     made directly above it at the first commit. Large planes take uint16 (napari colours uint8

@@ -70,6 +70,7 @@ class TritonSamWidget(SettingsForm):
         self._change_timer.timeout.connect(self._image_rested)
         self._followed: Image | None = None  # the layer whose pixels and contrast limits the panel follows
         self._layout: tuple | None = None  # its dimensions, shape and colour when followed
+        self._image_name = ""  # and its name (its objects layer is found by it)
         self._on_move = partial(bindings.hover, self)
         self._on_press = partial(bindings.press, self)
         self.refresh.clicked.connect(self.find_models)
@@ -214,16 +215,24 @@ class TritonSamWidget(SettingsForm):
             self._show_plane(index, f"Encoding plane {index or '(2D)'} ...")
 
     def _follow(self, image: Image | None) -> None:
-        """Encode the plane on screen again when `image`'s contrast limits or pixels change (None: stop following)."""
+        """Encode the plane on screen again when `image`'s contrast limits or pixels change, and keep
+        its objects layer when it is renamed (None: stop following)."""
         if self._followed is not None:
             self._followed.events.contrast_limits.disconnect(self._on_contrast)
             self._followed.events.data.disconnect(self._on_data)
+            self._followed.events.name.disconnect(self._on_rename)
         self._change_timer.stop()
         self._followed, self._layout = image, None
         if image is not None:
-            self._layout = _layout(image)
+            self._layout, self._image_name = _layout(image), image.name
             image.events.contrast_limits.connect(self._on_contrast)
             image.events.data.connect(self._on_data)
+            image.events.name.connect(self._on_rename)
+
+    def _on_rename(self, event=None) -> None:
+        """The image layer was renamed: its objects layer goes with it (commits, Propagate)."""
+        layers.rename_objects_layer(self.viewer, self._image_name, self._followed)
+        self._image_name = self._followed.name
 
     def _on_contrast(self, event=None) -> None:
         if not self._followed.rgb:  # (SAM sees RGB as it is)
