@@ -51,6 +51,19 @@ def test_a_stopped_generator_worker_lets_go_of_its_generator_and_arguments(qtbot
     assert yielded[0] == 0 and reference() is None
 
 
+def test_the_slots_of_a_worker_are_let_go_of_once_its_signals_are_handled(qtbot, viewer):
+    held = Held()
+    worker = make_worker(lambda: 1)
+    returned, finished = [], []
+    worker.returned.connect(lambda value, held=held: returned.append(value))  # a closure over a session, say
+    worker.finished.connect(lambda held=held: finished.append(True))
+    reference = weakref.ref(held)
+    del held
+    _run(qtbot, worker)
+    qtbot.waitUntil(lambda: gc.collect() is not None and reference() is None, timeout=5000)
+    assert returned == [1] and finished == [True]
+
+
 def test_a_failing_worker_reports_its_error(qtbot, viewer):
     def fail():
         raise ValueError("bad plane")

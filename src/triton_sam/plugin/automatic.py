@@ -94,7 +94,7 @@ class AutomaticSegmentation:
         contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
         generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
         bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
-        cancel, over, model_id = CancelToken(), [], engine.spec.model_id  # slots hold no engine: napari keeps them
+        cancel, over = CancelToken(), []
 
         @ensure_main_thread
         def advance(done: int, total: int) -> None:
@@ -114,7 +114,7 @@ class AutomaticSegmentation:
                 "plane": list(index),
                 "region": list(region),
                 "tiles": len(crops) if tiles else 0,
-                "model": model_id,
+                "model": engine.spec.model_id,
                 "parameters": options,
             }
             layer = add_automatic_layer(viewer, image, index, region, labels, record)

@@ -51,7 +51,6 @@ class LabelPropagation:
         self._predictor_for: tuple | None = None
         self._states: dict[tuple, VolumeState] = {}
         self._worker = None
-        self._closing = False  # closed while running: the predictor is closed when the run ends
         self._history = ExitStack()
 
     @property
@@ -104,8 +103,6 @@ class LabelPropagation:
         def finished() -> None:
             self._history.close()  # the run's writes become one undo step
             self._worker = None
-            if self._closing:
-                self._close_predictor()
             if done:
                 records = objects.metadata.setdefault(layers.PROVENANCE_KEY, {})
                 for label in labels:
@@ -139,18 +136,15 @@ class LabelPropagation:
 
     def close(self) -> None:
         """Stop, and let go of the tracking states and the predictor (once a running plane is done)."""
-        self._states.clear()
-        if self._worker is None:
-            self._close_predictor()
-        else:
-            self._closing = True  # the run's end closes it
-            self.stop()
-
-    def _close_predictor(self) -> None:
         predictor, self._predictor, self._predictor_for = self._predictor, None, None
-        self._closing = False
-        if predictor is not None:
+        self._states.clear()
+        if predictor is None:
+            return
+        if self._worker is None:
             predictor.close()
+        else:
+            self._worker.finished.connect(predictor.close)
+            self.stop()
 
     def _volume_predictor(self, model: tuple[ModelSpec, Path], cache: FeatureCache | None) -> VolumePredictor:
         """One predictor per model and repository (made in the worker: it loads four graphs)."""

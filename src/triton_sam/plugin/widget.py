@@ -328,24 +328,19 @@ class TritonSamWidget(SettingsForm):
         around = [t for t in ahead if t not in inside and not session.encoded(t)]
         visible, index = len(todo), self._index
 
-        def view_moved() -> bool:
-            return generation != self._view_generation
-
         def moved_on() -> bool:
-            return view_moved() or session is not self.session
+            return generation != self._view_generation or session is not self.session
 
-        def encode() -> bool:
+        def encode() -> None:
             session.encode_tiles(todo, partial(self._tiles_progress, visible=visible), moved_on)
             # The tiles around the view are work ahead of need: they wait while the cursor moves.
             session.encode_tiles(
                 around, partial(self._tiles_progress, visible=visible, before=visible), moved_on, AROUND_VIEW_WAIT_S
             )
-            return not moved_on()
 
         worker = make_worker(encode)
         worker.errored.connect(self._failed)
-        # (The slot holds no session: napari keeps a worker's slots as long as its window.)
-        worker.returned.connect(lambda current: current and self._prefetch_neighbours(index, inside, view_moved))
+        worker.returned.connect(lambda _: moved_on() or self._prefetch_neighbours(index, inside, moved_on))
         worker.start()
 
     def _view_tiles(self) -> list[Tile]:
@@ -368,8 +363,6 @@ class TritonSamWidget(SettingsForm):
         """Encode the planes one step away on each slider in the background (cached by content):
         whole, or of large planes the `tiles` in view, these once the cursor rests and until
         `view_moved()`."""
-        if self.session is None:
-            return
         shape = self.image.data.shape[: self.image.ndim - 2]
         neighbours = [
             index[:axis] + (index[axis] + step,) + index[axis + 1 :]

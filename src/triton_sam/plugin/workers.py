@@ -3,16 +3,19 @@
 napari's `create_worker` registers each worker with the viewer's window for the window's lifetime
 (its task list), and a worker holds its function and arguments: an engine, a plane, a session. A
 closed panel's engine (gigabytes of ONNX Runtime sessions) lived as long as napari. The workers
-made here hold their function and arguments only until the work ends.
+made here hold their function and arguments only until the work ends, and the slots connected to
+their signals (closures over a session, a layer) only until those signals have been handled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 from functools import partial
 
 from napari.qt.threading import create_worker
+from qtpy.QtCore import QObject, QTimer, Signal
 
 
 def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
@@ -36,4 +39,18 @@ def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
 
     made = create_worker(work, _progress=progress or False, _ignore_errors=True, _start_thread=False)
     made.finished.connect(held.clear)
+    # Once every slot of `finished` has run (connected later, by the caller and napari): none is kept.
+    made.finished.connect(lambda: QTimer.singleShot(0, partial(_disconnect_all, made.signals)))
     return made
+
+
+def _disconnect_all(signals: QObject) -> None:
+    """Disconnect every public signal a worker's signals class defines (not QObject's own, nor
+    superqt's `_finished`, which lets go of the worker when it is handled)."""
+    for cls in type(signals).__mro__:
+        if cls is QObject:
+            return
+        for name, attribute in vars(cls).items():
+            if isinstance(attribute, Signal) and not name.startswith("_"):
+                with contextlib.suppress(TypeError, RuntimeError):  # nothing connected to it
+                    getattr(signals, name).disconnect()
