@@ -1,5 +1,8 @@
 """Layer adapters: plane indices, coordinates, and writing objects without losing annotations."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -190,3 +193,24 @@ def test_zoomed_out_tiles_are_as_coarse_as_screen_pixels_and_read_from_the_pyram
     levels = layers.plane_levels(multiscale, (2,))
     assert sorted(levels) == [2, 4] and levels[4].shape == (1024, 1024)  # the z-reduced and uneven levels left out
     assert layers.plane_levels(image, (2,)) == {}
+
+
+def test_what_napari_imports_for_its_first_labels_layer_is_imported_ahead():
+    """Opening the panel imports in the background what napari's first Labels layer imports
+    (~0.3 s), so that Start does not wait for it on the GUI thread (skimage.color loads lazily:
+    importing it imported nothing)."""
+    script = """
+import sys
+import subprocess
+import sys
+
+import numpy as np
+from napari.layers import Labels
+from triton_sam.plugin import layers
+layers.import_for_labels().join()
+before = set(sys.modules)
+Labels(np.zeros((4, 4), np.uint8))
+print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("pandas", "scipy", "skimage")))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert run.stdout.strip() == "[]"

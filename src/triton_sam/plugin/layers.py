@@ -30,7 +30,7 @@ FULL_WRITE_FRACTION = 1 / 64  # a preview changing more of the layer than this i
 PREVIEW_WINDOW = 3072  # pixels a side of a large plane's preview layer: two tiles' masks fit in it
 OBJECTS_SUFFIX = " [triton-sam objects]"
 # What napari imports when it makes its first Labels layer (~0.3 s): its features table, label colours.
-LABELS_IMPORTS = ("pandas", "skimage.color")
+LABELS_IMPORTS = ("pandas", "skimage.color.colorconv")  # skimage.color loads its modules lazily
 IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
 
