@@ -94,6 +94,67 @@ def test_the_dock_widget_opens_by_plugin_name(viewer):
     widget.close_session()
 
 
+def _decode_threads() -> list[threading.Thread]:
+    """The threads of live sessions (a closed session ends its thread)."""
+    return [t for t in threading.enumerate() if t.name.startswith("triton-sam-decode")]
+
+
+def _between_start_s_layers(viewer, action) -> list[str]:
+    """Run `action` at the first timer after Start made the preview layer (timers run with input,
+    after posted events); the names of the layers made, and "event loop" where the action ran."""
+    made = []
+    timer = QTimer(viewer.window._qt_window, singleShot=True, interval=0)  # a timer (QTimer.singleShot(0) posts)
+    timer.timeout.connect(lambda: (made.append("event loop"), action()))
+
+    def inserted(event) -> None:
+        made.append(event.value.name)
+        if event.value.name == layers.PREVIEW_NAME:
+            timer.start()
+
+    viewer.layers.events.inserted.connect(inserted)
+    return made
+
+
+def test_start_lets_the_window_answer_between_making_its_layers(qtbot, viewer, synthetic_repository):
+    """napari takes ~0.1 s a layer: Start's layers are made in two turns of the event loop, not
+    one (the window froze for all of them at once)."""
+    viewer.add_image(disk_image(H, W, DISKS))
+    made = _between_start_s_layers(viewer, lambda: None)
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    assert made == [layers.PREVIEW_NAME, "event loop", layers.PROMPTS_NAME, layers.BOX_NAME]
+    widget.close_session()
+
+
+@pytest.mark.parametrize("meanwhile", ["close the panel", "remove the image"])
+def test_start_interrupted_between_its_layers_lets_go_of_its_session(qtbot, viewer, synthetic_repository, meanwhile):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    before = _decode_threads()
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.backend.setCurrentText("Local")
+    widget.repository.setText(str(synthetic_repository))
+    action = widget.close_session if meanwhile == "close the panel" else lambda: viewer.layers.remove(image)
+    made = _between_start_s_layers(viewer, action)
+    widget.connect_engine()
+    qtbot.waitUntil(lambda: "event loop" in made, timeout=30000)
+    qtbot.wait(200)
+    assert made == [layers.PREVIEW_NAME, "event loop"]  # no prompt layers
+    assert widget.session is None and not widget.ready and _decode_threads() == before
+    if meanwhile == "remove the image":
+        assert "image layer was removed" in widget.status.toolTip()
+
+
+def test_start_with_the_image_removed_while_connecting_changes_nothing(qtbot, viewer, synthetic_repository):
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    before = _decode_threads()
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.backend.setCurrentText("Local")
+    widget.repository.setText(str(synthetic_repository))
+    widget.connect_engine()  # the engine is made on a worker thread
+    viewer.layers.remove(image)
+    qtbot.waitUntil(lambda: "image layer was removed" in widget.status.toolTip(), timeout=30000)
+    assert len(viewer.layers) == 0 and widget.session is None and _decode_threads() == before
+
+
 def test_every_field_of_the_panel_shows_its_text_whole(qtbot, viewer):
     """In a window shorter than the panel (a laptop's), no button, list or number is cut or
     squeezed: the panel scrolls (the planes field once showed "planes" for "all planes", and the
@@ -664,14 +725,11 @@ def test_closing_the_panel_lets_go_of_its_engine(qtbot, viewer, synthetic_reposi
 
 
 def test_closing_the_viewer_stops_the_session_and_lets_go_of_the_engine(qtbot, viewer, synthetic_repository):
-    def decode_threads():
-        return [t for t in threading.enumerate() if t.name.startswith("triton-sam-decode")]
-
-    before = decode_threads()
+    before = _decode_threads()
     widget, engine = _used_engine(qtbot, viewer, synthetic_repository)
-    assert len(decode_threads()) > len(before)
+    assert len(_decode_threads()) > len(before)
     viewer.close()  # napari deletes its docked widgets without closing them
-    qtbot.waitUntil(lambda: decode_threads() == before, timeout=5000)
+    qtbot.waitUntil(lambda: _decode_threads() == before, timeout=5000)
     _gone(qtbot, engine)
 
 

@@ -36,6 +36,7 @@ AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor ha
 VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
 CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
+IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
 
 
 class TritonSamWidget(SettingsForm):
@@ -59,6 +60,7 @@ class TritonSamWidget(SettingsForm):
         self.cursor = None  # world position of the last mouse move over the canvas
         self._encoding = None
         self._closed = False
+        self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
         self._encode_all_worker = None
         self._propagation = LabelPropagation(self.set_status, self._propagation_finished)
@@ -123,7 +125,7 @@ class TritonSamWidget(SettingsForm):
         if self.session is not None and self.image is not None and self.image not in self.viewer.layers:
             # Only state changes here: napari may be tearing its layers down (viewer closing).
             self._index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
-            self.set_status("The image layer was removed: choose a layer and press Start.")
+            self.set_status(IMAGE_REMOVED)
         current = self.layer.currentText()
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
         self.layer.clear()
@@ -174,6 +176,10 @@ class TritonSamWidget(SettingsForm):
         if self._closed:  # the widget was closed while connecting
             engine.close()
             return
+        if self.image not in self.viewer.layers:
+            engine.close()
+            self.set_status(IMAGE_REMOVED)
+            return
         self.close_session()
         self._closed = False
         disk_dir = default_disk_dir() if self.disk_cache.isChecked() else None
@@ -183,16 +189,33 @@ class TritonSamWidget(SettingsForm):
             engine.close()
             self._failed(error)
             return
-        self.session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
-        layer = layers.preview_layer(self.viewer, self.image, window=self._large)
-        self.preview = layers.WindowPreview(layer) if self._large else layers.LivePreview(layer)
+        session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
+        large = session.is_tiled(layers.plane_shape(self.image))
+        layer = layers.preview_layer(self.viewer, self.image, window=large)
+        self.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
+        # napari takes ~0.1 s for each new layer: the prompt layers come a turn of the event loop
+        # later, so that the window is not frozen for all of them at once (a timer, not 0 ms: Qt
+        # runs a 0-ms single shot with the posted events, before input and other timers).
+        self._starting = session
+        QTimer.singleShot(1, partial(self._session_ready, session))
+
+    def _session_ready(self, session: InteractiveSession) -> None:
+        """Start's second half: the prompt layers, then the plane on screen is encoded."""
+        if self._starting is not session:  # the panel was closed, or started anew, meanwhile
+            return
+        self._starting = None
+        if self.image not in self.viewer.layers:
+            session.close()
+            self.set_status(IMAGE_REMOVED)
+            return
+        self.session = session
         self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
         self._index = None
         self._follow(self.image)
-        self.say_ready(f"{engine.describe()}: ready.")
+        self.say_ready(f"{session.engine.describe()}: ready.")
         self._on_step()
 
     def _enable_stack_controls(self, name: str = "") -> None:
@@ -627,6 +650,9 @@ class TritonSamWidget(SettingsForm):
     def _let_go(self) -> None:
         """Stop all work and drop the engine, in Python only (also when the Qt side is already deleted)."""
         self._closed = True
+        if self._starting is not None:
+            self._starting.close()
+            self._starting = None
         self._propagation.close()
         self._automatic.stop()
         if self.session is not None:
