@@ -357,6 +357,24 @@ def test_leaving_the_image_stops_hover_work(session):
     assert session.stats.events == 20
 
 
+def test_leaving_the_image_keeps_the_object_in_progress_shown_without_the_hint(session):
+    """Off the image the hover's hint goes but the object its prompts make stays (it vanished
+    until the cursor came back, as if the clicks were lost)."""
+    session.add_point(80, 80)
+    made = session.previews.wait_for(lambda p: p is not None and p.point is None and p.candidate is not None)
+    session.hover(300, 150)
+    session.previews.wait_for(lambda p: p is not None and p.hint is not None)  # the object, and a click there
+    session.hover(-5, 10)
+    left = session.previews.items[-1]
+    assert left is not None and left.hint is None and left.point is None
+    np.testing.assert_array_equal(left.mask, made.mask)
+    session.discard()
+    session.hover(300, 150)
+    session.previews.wait_for(lambda p: p is not None and p.point is not None)
+    session.leave()  # no object in progress: nothing is left
+    assert session.previews.items[-1] is None
+
+
 @pytest.mark.parametrize("owns_engine", [True, False])
 def test_closing_a_session_closes_its_engine_unless_the_engine_was_lent(synthetic_repository, owns_engine):
     engine = create_engine(TINY, "local", synthetic_repository)

@@ -457,10 +457,16 @@ class InteractiveSession:
         return self._decoder.hover(run, t_event)
 
     def leave(self) -> None:
-        """The cursor left the image: stop hover work and show nothing."""
+        """The cursor left the image: stop hover work and show what is left without it, the object
+        in progress (its prompts' mask, no hint) or nothing."""
         with self._lock:
             self._waiting_hover = None
-        self._clear_hover()
+            self._last_hover = None
+            self._hover_preview = None
+            self._decoder.clear()
+            plane, obj = self._plane, self.object
+            shown = self._object_preview(plane, obj) if plane is not None and not obj.empty else None
+        self._on_preview(shown)
 
     def _clear_hover(self) -> None:
         with self._lock:

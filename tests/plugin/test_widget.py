@@ -282,6 +282,41 @@ def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another
     widget.close_session()
 
 
+def _cross_canvas(viewer, kind) -> None:
+    """The cursor enters or leaves the canvas (napari sets `viewer.mouse_over_canvas`)."""
+    from qtpy.QtWidgets import QApplication
+
+    QApplication.sendEvent(_canvas(viewer).native, QEvent(kind))
+
+
+def test_leaving_the_canvas_takes_the_hover_preview_and_keeps_the_object_in_progress(qtbot, viewer, synthetic_repository):
+    stack = np.stack([disk_image(H, W, DISKS)] * 2)
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 0)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    preview = viewer.layers[layers.PREVIEW_NAME]
+    _cross_canvas(viewer, QEvent.Type.Enter)
+    move(viewer, world(image, 300, 150)[-2:])
+    qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
+    _cross_canvas(viewer, QEvent.Type.Leave)  # to the panel, say
+    assert not preview.data.any()  # no object under a cursor that is not there
+
+    _cross_canvas(viewer, QEvent.Type.Enter)
+    click(viewer, world(image, 80, 80)[-2:])
+    move(viewer, world(image, 300, 150)[-2:])
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1 and preview.data[150, 300] == 2, timeout=10000)  # object, hint
+    _cross_canvas(viewer, QEvent.Type.Leave)
+    assert preview.data[80, 80] == 1 and not (preview.data == 2).any()  # the object stays, its hint goes
+
+    viewer.dims.set_current_step(0, 1)  # the slider, dragged with the cursor off the canvas
+    assert not preview.data.any()  # at once: never another plane's object
+    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
+    qtbot.wait(300)
+    assert not preview.data.any()  # not previewed where the cursor was before it left
+    widget.close_session()
+
+
 def test_scrubbing_back_to_a_cached_plane_while_another_encodes_keeps_the_plane_on_screen(
     qtbot, viewer, synthetic_repository, monkeypatch
 ):

@@ -57,7 +57,7 @@ class TritonSamWidget(SettingsForm):
         self.preview: layers.LivePreview | layers.WindowPreview | None = None
         self.prompts = self.box = None  # layers drawing the prompts
         self._index: tuple[int, ...] | None = None
-        self.cursor = None  # world position of the last mouse move over the canvas
+        self.cursor = None  # world position of the last mouse move over the canvas (None once it left)
         self._encoding = None
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
@@ -95,6 +95,7 @@ class TritonSamWidget(SettingsForm):
         self.viewer.mouse_drag_callbacks.append(self._on_press)
         self.viewer.dims.events.current_step.connect(self._on_step)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
+        self.viewer.events.mouse_over_canvas.connect(self._on_canvas_crossed)
         bindings.camera(self.viewer).events.center.connect(self._on_view)
         bindings.camera(self.viewer).events.zoom.connect(self._on_view)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
@@ -112,6 +113,7 @@ class TritonSamWidget(SettingsForm):
                 callbacks.remove(callback)
         self.viewer.dims.events.current_step.disconnect(self._on_step)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
+        self.viewer.events.mouse_over_canvas.disconnect(self._on_canvas_crossed)
         bindings.camera(self.viewer).events.center.disconnect(self._on_view)
         bindings.camera(self.viewer).events.zoom.disconnect(self._on_view)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
@@ -278,7 +280,8 @@ class TritonSamWidget(SettingsForm):
     def _show_plane(self, index: tuple[int, ...], status: str) -> None:
         """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
         self._index = index
-        self.session.leave()  # clears the preview at once: never another plane's mask
+        self.session.leave()
+        self.preview.show(None)  # at once: never another plane's mask (nor its object)
         self.draw_prompts(clear=True)
         key = layers.plane_key(self.image, index)
         data = layers.plane_data(self.image, index)
@@ -543,6 +546,15 @@ class TritonSamWidget(SettingsForm):
         if self.viewer.dims.ndisplay == 3:
             self.session.leave()
         self.say_ready(f"{self.session.engine.describe()}: ready.")
+
+    def _on_canvas_crossed(self, event=None) -> None:
+        """The cursor left the canvas (for the panel, another window): its preview goes, the object
+        in progress stays, and a plane shown later is not previewed where the cursor once was."""
+        if self.viewer.mouse_over_canvas:
+            return
+        self.cursor = None
+        if self.interactive():
+            self.session.leave()
 
     def say_ready(self, text: str) -> None:
         """Show news of encoding, unless the view is 3D: then the 3D hint stays (work may finish after the switch)."""
