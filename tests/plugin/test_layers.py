@@ -214,3 +214,25 @@ print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in ("pandas
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert run.stdout.strip() == "[]"
+
+
+def test_an_image_s_objects_layer_is_found_after_a_rename_while_the_panel_was_stopped():
+    """Found by the image layer's identity, then named after it again (a second objects layer was
+    made, its ids starting over, and Propagate found none); a new layer taking the old name does
+    not take the objects; a saved objects layer opened again is found by its image's name."""
+    from napari.components import ViewerModel
+
+    viewer = ViewerModel()
+    image = viewer.add_image(np.zeros((30, 40)), name="cells")
+    objects = layers.objects_layer(viewer, image)
+    image.name = "cells, day 2"  # nothing of ours is listening
+    newcomer = viewer.add_image(np.zeros((30, 40)), name="cells")
+    assert layers.existing_objects_layer(viewer, newcomer) is None
+    assert layers.existing_objects_layer(viewer, image) is objects
+    assert objects.name == "cells, day 2 [triton-sam objects]"
+    assert layers.objects_layer(viewer, newcomer) is not objects
+
+    saved = {**objects.metadata, layers.IMAGE_ID_KEY: "a layer of another napari session"}
+    reopened = viewer.add_image(np.zeros((30, 40)), name="slide")
+    opened = viewer.add_labels(np.zeros((30, 40), np.uint32), name="mine", metadata={**saved, layers.IMAGE_KEY: "slide"})
+    assert layers.existing_objects_layer(viewer, reopened) is opened and opened.name == "mine"  # the user's name stays

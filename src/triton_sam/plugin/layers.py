@@ -32,6 +32,7 @@ OBJECTS_SUFFIX = " [triton-sam objects]"
 # What napari imports when it makes its first Labels layer (~0.3 s): its features table, label colours.
 LABELS_IMPORTS = ("pandas", "skimage.color.colorconv")  # skimage.color loads its modules lazily
 IMAGE_KEY = "triton_sam_image"  # in an objects layer's metadata: the image layer it belongs to
+IMAGE_ID_KEY = "triton_sam_image_id"  # and that layer's `unique_id` (in this napari session)
 PROVENANCE_KEY = "triton_sam_objects"  # in the objects layer's metadata: how each object was made
 
 
@@ -196,22 +197,35 @@ def objects_name(image: Image) -> str:
 
 
 def existing_objects_layer(viewer, image: Image) -> Labels | None:
-    """The output Labels layer of `image` (one per image layer), if there is one already."""
-    shape = image.data.shape[: image.ndim]
-    for layer in viewer.layers:
-        if isinstance(layer, Labels) and layer.metadata.get(IMAGE_KEY) == image.name and layer.data.shape == shape:
-            return layer
-    return None
+    """The output Labels layer of `image` (one per image layer), if there is one already: made for
+    this layer in this napari session (found even if the image was renamed since, and then named
+    after it again), or for a layer of its name (saved and opened again)."""
+    return _objects_layer_of(viewer, image, image.name)
 
 
 def rename_objects_layer(viewer, old_name: str, image: Image) -> None:
-    """The objects layer of the image layer called `old_name` belongs to `image`, that name's layer
-    renamed; named after it, unless the user named it otherwise."""
-    for layer in viewer.layers:
-        if isinstance(layer, Labels) and layer.metadata.get(IMAGE_KEY) == old_name:
-            layer.metadata[IMAGE_KEY] = image.name
-            if layer.name == f"{old_name}{OBJECTS_SUFFIX}":
-                layer.name = objects_name(image)
+    """`image` was called `old_name`: its objects layer goes with it (named after it, unless the
+    user named it otherwise)."""
+    _objects_layer_of(viewer, image, old_name)
+
+
+def _objects_layer_of(viewer, image: Image, name: str) -> Labels | None:
+    """The objects layer made for `image`, or else for a layer called `name` that is not another
+    image layer of the viewer (renamed since), claimed for `image`."""
+    shape = image.data.shape[: image.ndim]
+    ours = [layer for layer in viewer.layers if isinstance(layer, Labels) and layer.data.shape == shape]
+    others = {str(layer.unique_id) for layer in viewer.layers if layer is not image}
+    found = next((layer for layer in ours if layer.metadata.get(IMAGE_ID_KEY) == str(image.unique_id)), None)
+    found = found or next(
+        (layer for layer in ours if layer.metadata.get(IMAGE_KEY) == name and layer.metadata.get(IMAGE_ID_KEY) not in others),
+        None,
+    )
+    if found is not None:
+        old_name = found.metadata.get(IMAGE_KEY)
+        found.metadata.update({IMAGE_KEY: image.name, IMAGE_ID_KEY: str(image.unique_id)})
+        if old_name != image.name and found.name == f"{old_name}{OBJECTS_SUFFIX}":
+            found.name = objects_name(image)
+    return found
 
 
 def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:
@@ -227,7 +241,7 @@ def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:
         name=objects_name(image),
         scale=image.scale,
         translate=image.translate,
-        metadata={IMAGE_KEY: image.name},
+        metadata={IMAGE_KEY: image.name, IMAGE_ID_KEY: str(image.unique_id)},
     )
     place_above(viewer, image, objects)
     return objects
