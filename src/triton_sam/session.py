@@ -461,19 +461,17 @@ class InteractiveSession:
         in progress (its prompts' mask, no hint) or nothing."""
         with self._lock:
             self._waiting_hover = None
-            self._last_hover = None
-            self._hover_preview = None
-            self._decoder.clear()
             plane, obj = self._plane, self.object
-            shown = self._object_preview(plane, obj) if plane is not None and not obj.empty else None
-        self._on_preview(shown)
+            left = self._object_preview(plane, obj) if plane is not None and not obj.empty else None
+        self._clear_hover(left)
 
-    def _clear_hover(self) -> None:
+    def _clear_hover(self, shown: Preview | None = None) -> None:
+        """Forget the hover (its decodes too) and show `shown` instead."""
         with self._lock:
             self._last_hover = None
             self._hover_preview = None
             self._decoder.clear()
-        self._on_preview(None)
+        self._on_preview(shown)
 
     # --- prompts ------------------------------------------------------------------------------
 
