@@ -314,6 +314,10 @@ def test_leaving_the_canvas_takes_the_hover_preview_and_keeps_the_object_in_prog
     qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
     qtbot.wait(300)
     assert not preview.data.any()  # not previewed where the cursor was before it left
+    viewer.dims.set_current_step(0, 0)  # back, the cursor still off the canvas
+    qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
+    qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)  # the plane's object in progress
+    assert not (preview.data == 2).any()
     widget.close_session()
 
 

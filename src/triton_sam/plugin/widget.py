@@ -314,8 +314,13 @@ class TritonSamWidget(SettingsForm):
 
     def _preview_at_cursor(self) -> None:
         """Preview where the cursor rests: a plane just shown (slider keys, the wheel, the image
-        changed) previews without a move, and no preview of the plane as it was stays."""
-        if self.cursor is not None and self.interactive():
+        changed) previews without a move, and no preview of the plane as it was stays. With the
+        cursor off the canvas, the plane's object in progress shows."""
+        if not self.interactive():
+            return
+        if self.cursor is None:
+            self.session.leave()
+        else:
             self.session.hover(*layers.image_xy(self.image, self.cursor))
 
     @property
