@@ -83,3 +83,18 @@ def test_a_failing_worker_reports_its_error(qtbot, viewer):
     worker.errored.connect(errors.append)
     _run(qtbot, worker)
     assert [str(error) for error in errors] == ["bad plane"]
+
+
+def test_a_generator_worker_s_runtime_error_is_reported_and_the_worker_finishes(qtbot, viewer):
+    """superqt ends a generator worker that raises a RuntimeError without a word (it takes it for
+    a deleted worker): a button that waits for `finished` stayed at "Stop ..." and no error showed."""
+
+    def planes():
+        yield 1
+        raise RuntimeError("dictionary changed size during iteration")
+
+    worker = make_worker(planes)
+    errors = []
+    worker.errored.connect(errors.append)
+    _run(qtbot, worker)
+    assert [str(error) for error in errors] == ["RuntimeError: dictionary changed size during iteration"]

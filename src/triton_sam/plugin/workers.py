@@ -18,9 +18,15 @@ from napari.qt.threading import create_worker
 from qtpy.QtCore import QObject, QTimer, Signal
 
 
+class WorkerError(Exception):
+    """A RuntimeError raised by a generator worker's work, passed on as an error."""
+
+
 def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
     """A napari worker (not started) running `func(*args, **kwargs)`: a generator function gives a
-    generator worker. Errors go to `errored` only; `progress` is napari's `_progress`."""
+    generator worker. Errors go to `errored` only (a generator's RuntimeError as a `WorkerError`:
+    superqt would end the worker silently, without `errored` or `finished`); `progress` is
+    napari's `_progress`."""
     held = [partial(func, *args, **kwargs)]
 
     if inspect.isgeneratorfunction(func):
@@ -32,6 +38,8 @@ def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
                     yield next(held[0])
                 except StopIteration as stop:
                     return stop.value
+                except RuntimeError as error:  # superqt takes it for a deleted worker: no errored, no finished
+                    raise WorkerError(f"{type(error).__name__}: {error}") from error
     else:
 
         def work():
