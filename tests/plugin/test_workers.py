@@ -98,3 +98,16 @@ def test_a_generator_worker_s_runtime_error_is_reported_and_the_worker_finishes(
     worker.errored.connect(errors.append)
     _run(qtbot, worker)
     assert [str(error) for error in errors] == ["RuntimeError: dictionary changed size during iteration"]
+
+
+def test_every_slot_connected_before_start_is_called(qtbot, viewer):
+    """The worker thread queues the slots of `finished` one by one while the GUI thread may run
+    the first already: letting go of the slots from one connected before the caller's dropped
+    those not queued yet, now and then (Encode all stuck at "Stop encoding" in CI)."""
+    for _ in range(30):
+        worker = make_worker(lambda: 1)
+        called = []
+        for number in range(100):
+            worker.finished.connect(lambda number=number, called=called: called.append(number))
+        worker.start()
+        qtbot.waitUntil(lambda called=called: len(called) == 100, timeout=5000)

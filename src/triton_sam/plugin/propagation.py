@@ -51,6 +51,7 @@ class LabelPropagation:
         self._predictor_for: tuple | None = None
         self._states: dict[tuple, VolumeState] = {}
         self._worker = None
+        self._closing: list[VolumePredictor] = []  # closed when the running propagation ends
         self._history = ExitStack()
 
     @property
@@ -103,6 +104,8 @@ class LabelPropagation:
         def finished() -> None:
             self._history.close()  # the run's writes become one undo step
             self._worker = None
+            while self._closing:
+                self._closing.pop().close()
             if done:
                 records = objects.metadata.setdefault(layers.PROVENANCE_KEY, {})
                 for label in labels:
@@ -142,8 +145,8 @@ class LabelPropagation:
             return
         if self._worker is None:
             predictor.close()
-        else:
-            self._worker.finished.connect(predictor.close)
+        else:  # (a slot connected to a started worker might not be called: see `make_worker`)
+            self._closing.append(predictor)
             self.stop()
 
     def _volume_predictor(self, model: tuple[ModelSpec, Path], cache: FeatureCache | None) -> VolumePredictor:

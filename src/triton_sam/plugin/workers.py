@@ -24,9 +24,9 @@ class WorkerError(Exception):
 
 def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
     """A napari worker (not started) running `func(*args, **kwargs)`: a generator function gives a
-    generator worker. Errors go to `errored` only (a generator's RuntimeError as a `WorkerError`:
-    superqt would end the worker silently, without `errored` or `finished`); `progress` is
-    napari's `_progress`."""
+    generator worker; connect its slots before `start`. Errors go to `errored` only (a
+    generator's RuntimeError as a `WorkerError`: superqt would end the worker silently, without
+    `errored` or `finished`); `progress` is napari's `_progress`."""
     held = [partial(func, *args, **kwargs)]
 
     if inspect.isgeneratorfunction(func):
@@ -47,8 +47,16 @@ def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
 
     made = create_worker(work, _progress=progress or False, _ignore_errors=True, _start_thread=False)
     made.finished.connect(held.clear)
-    # Once every slot of `finished` has run (connected later, by the caller and napari): none is kept.
-    made.finished.connect(lambda: QTimer.singleShot(0, partial(_disconnect_all, made.signals)))
+    start = made.start
+
+    def start_then_let_go() -> None:
+        # Connected last (the caller connects before `start`), so that it is queued after every
+        # other slot of `finished`: the worker thread queues them one by one while the GUI thread
+        # may already run the first ones, and a slot disconnected before it is queued never runs.
+        made.finished.connect(lambda: QTimer.singleShot(0, partial(_disconnect_all, made.signals)))
+        start()
+
+    made.start = start_then_let_go
     return made
 
 
