@@ -74,30 +74,30 @@ def test_the_slots_of_a_worker_are_let_go_of_once_its_signals_are_handled(qtbot,
     assert returned == [1] and finished == [True]
 
 
-def test_a_failing_worker_reports_its_error(qtbot, viewer):
-    def fail():
-        raise ValueError("bad plane")
+def _fail():
+    raise ValueError("bad plane")
 
-    worker = make_worker(fail)
+
+def _fail_after_a_plane():
+    yield 1
+    raise RuntimeError("dictionary changed size during iteration")
+
+
+@pytest.mark.parametrize(
+    "work, reported",
+    [
+        (_fail, "bad plane"),
+        # superqt ends a generator worker that raises a RuntimeError without a word (it takes it
+        # for a deleted worker): a button waiting for `finished` stayed at "Stop ...", no error shown.
+        (_fail_after_a_plane, "RuntimeError: dictionary changed size during iteration"),
+    ],
+)
+def test_a_failing_worker_reports_its_error_and_finishes(qtbot, viewer, work, reported):
+    worker = make_worker(work)
     errors = []
     worker.errored.connect(errors.append)
     _run(qtbot, worker)
-    assert [str(error) for error in errors] == ["bad plane"]
-
-
-def test_a_generator_worker_s_runtime_error_is_reported_and_the_worker_finishes(qtbot, viewer):
-    """superqt ends a generator worker that raises a RuntimeError without a word (it takes it for
-    a deleted worker): a button that waits for `finished` stayed at "Stop ..." and no error showed."""
-
-    def planes():
-        yield 1
-        raise RuntimeError("dictionary changed size during iteration")
-
-    worker = make_worker(planes)
-    errors = []
-    worker.errored.connect(errors.append)
-    _run(qtbot, worker)
-    assert [str(error) for error in errors] == ["RuntimeError: dictionary changed size during iteration"]
+    assert [str(error) for error in errors] == [reported]
 
 
 def test_every_slot_connected_before_start_is_called(qtbot, viewer):
