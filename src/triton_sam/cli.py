@@ -104,6 +104,7 @@ def _cmd_bench_triton(args) -> None:
         decodes=args.decodes,
         clients=tuple(args.clients),
         duration_s=args.duration,
+        tiles=args.tiles,
         shape=tuple(args.shape),
     )
     if args.json:
@@ -350,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--session-batching",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="dynamic batching of the session models (default: on with a GPU, off on a CPU where it only adds delay)",
+        help="dynamic batching of the session models and images encoded together "
+        "(default: on with a GPU, off on a CPU where they only add delay)",
     )
     serve.add_argument(
         "--models",
@@ -382,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_options(bench_triton)
     bench_triton.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     bench_triton.add_argument("--duration", type=float, default=3.0, help="seconds per throughput run")
+    bench_triton.add_argument("--tiles", type=int, default=8, help="tiles of a large plane encoded with and without batching")
     bench_triton.set_defaults(func=_cmd_bench_triton)
     bench_hover = kinds.add_parser("hover", help="mouse trace through our session and a naive client (JSON)")
     bench_hover.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))

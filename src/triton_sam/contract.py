@@ -122,6 +122,7 @@ MODEL_ID_PARAMETER = "triton_sam_model_id"  # config.pbtxt parameters
 COMPONENT_PARAMETER = "triton_sam_component"  # "encoder", "decoder" or "session"
 CONTRACT_VERSION_PARAMETER = "triton_sam_contract_version"
 VIDEO_SETTINGS_PARAMETER = "triton_sam_video_settings"  # the session model's SAM2.1 video settings (JSON), if it has video graphs
+ENCODE_BATCH_PARAMETER = "encode_batch"  # the session model's images to one encoder run (1 if absent)
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome} on Triton's metrics endpoint
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

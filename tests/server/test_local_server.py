@@ -22,6 +22,7 @@ from conftest import require_server_env
 from synthetic import disk_image, write_repository
 from triton_sam import Predictor
 from triton_sam.bench.wire import free_ports, loopback_ports
+from triton_sam.contract import ENCODE_BATCH_PARAMETER
 from triton_sam.errors import ServerUnavailableError, TritonSamError
 from triton_sam.export.triton_config import encoder_config
 from triton_sam.registry import get_model
@@ -57,6 +58,7 @@ def test_without_session_batching_only_the_session_model_loses_its_batcher(synth
 
     assert not config(TINY.session_name).HasField("dynamic_batching")
     assert config(TINY.session_name).max_batch_size > 1  # clients may still send several rows
+    assert config(TINY.session_name).parameters[ENCODE_BATCH_PARAMETER].string_value == "1"  # and images
     assert config(TINY.decoder_name).HasField("dynamic_batching")
 
 

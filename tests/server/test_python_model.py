@@ -86,7 +86,9 @@ class _NoCounts:
         pass
 
 
-def _session_model(python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256):
+def _session_model(
+    python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256, encode_batch: int = 1
+):
     params = {
         contract.MODEL_ID_PARAMETER: TINY.model_id,
         "encoder_model": TINY.encoder_name,
@@ -95,6 +97,7 @@ def _session_model(python_model, repository, buffers: str, cache_size: int = 16,
         "logits_cache_size": str(logits_cache_size),
         "mask_input_clamp": str(TINY.low_res_clamp),
         "feature_buffers": buffers,
+        contract.ENCODE_BATCH_PARAMETER: str(encode_batch),
     }
     return python_model.SessionModel(repository, params, _NoCounts(), repository / TINY.session_name / "1")
 
@@ -104,6 +107,7 @@ def test_the_python_model_shares_the_clients_constants_and_content_hash(python_m
     assert (python_model.IMAGE, python_model.HANDLE) == (contract.ENCODER_INPUT, contract.HANDLE)
     assert python_model.MODEL_ID_PARAMETER == contract.MODEL_ID_PARAMETER
     assert python_model.COMPONENT_PARAMETER == contract.COMPONENT_PARAMETER
+    assert python_model.ENCODE_BATCH_PARAMETER == contract.ENCODE_BATCH_PARAMETER
     assert python_model.SESSION_REQUESTS_METRIC == contract.SESSION_REQUESTS_METRIC
     assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
     assert python_model.GATHER_FILE == GATHER_FILE
@@ -172,6 +176,76 @@ def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_r
     )
     for name, array in expected.outputs.items():
         np.testing.assert_array_equal(ours.outputs[name], array)
+
+
+class _CountedRuns:
+    """An ONNX Runtime session that counts its runs."""
+
+    def __init__(self, session) -> None:
+        self.session, self.runs = session, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def run(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run(*args, **kwargs)
+
+    def run_with_iobinding(self, *args, **kwargs):
+        self.runs += 1
+        return self.session.run_with_iobinding(*args, **kwargs)
+
+
+def _same_shape_images(count: int) -> list[np.ndarray]:
+    return [encoder_input(disk_image(120, 140, [(30 + 10 * i, 40 + 12 * i, 15 + i)]), TINY) for i in range(count)]
+
+
+def _assert_decode_alike(model, expected_model, handles: list[str]) -> None:
+    """Every handle decodes on `model` exactly as on `expected_model`."""
+    for number, handle in enumerate(handles):
+        points = [[[100.0 + 50 * number, 300.0]]]
+        expected, ours = _decode(expected_model, [handle], points), _decode(model, [handle], points)
+        assert ours.error is None, ours.error
+        for name, array in expected.outputs.items():
+            np.testing.assert_array_equal(ours.outputs[name], array)
+
+
+@pytest.mark.parametrize("buffers", ["off", "on"])
+def test_images_of_one_shape_are_encoded_together_as_one_by_one(python_model, synthetic_repository, buffers):
+    """With `encode_batch`, the new images of a run (two requests here) go through the encoder a
+    batch of one shape at a time; each keeps what it gets encoded alone."""
+    plain = _session_model(python_model, synthetic_repository, "off")
+    batched = _session_model(python_model, synthetic_repository, buffers, encode_batch=4)
+    batched.encoder = _CountedRuns(batched.encoder)
+    images, other = _same_shape_images(6), _images()[1]
+    _encode(batched, images[0])  # cached: not encoded again
+    batched.encoder.runs = 0
+    first = _Request(image=np.stack(images[:4]))
+    second = _Request(image=np.stack([images[i] for i in (5, 3, 4)]))  # image 3 twice, across the requests
+    responses = batched.run([first, _Request(image=other[None]), second])
+    assert batched.encoder.runs == 3  # images 1-4, image 5, the other shape
+    handles = [[h[0].decode() for h in r.outputs[contract.HANDLE]] for r in responses]
+    expected = [[_encode(plain, i) for i in images[:4]], [_encode(plain, other)], [_encode(plain, images[i]) for i in (5, 3, 4)]]
+    assert handles == expected
+    _assert_decode_alike(batched, plain, [h for request in handles for h in request])
+
+
+def test_a_batch_fills_free_slots_that_are_not_side_by_side(python_model, synthetic_repository):
+    """The encoder writes a batch into the free slots' stretches, one run each; every image decodes
+    from its own slot afterwards."""
+    plain = _session_model(python_model, synthetic_repository, "off")
+    batched = _session_model(python_model, synthetic_repository, "on", cache_size=4, encode_batch=4)
+    images = _same_shape_images(6)
+    handles = [_encode(batched, image) for image in images[:4]]  # slots 0-3
+    _decode(batched, [handles[1]], [[[1.0, 1.0]]])
+    _decode(batched, [handles[3]], [[[1.0, 1.0]]])  # slots 0 and 2 are now the least recently used
+    batched.encoder = _CountedRuns(batched.encoder)
+    (response,) = batched.run([_Request(image=np.stack(images[4:]))])
+    assert batched.encoder.runs == 2 and sorted(batched.cache._items.values()) == [0, 1, 2, 3]
+    new = [h[0].decode() for h in response.outputs[contract.HANDLE]]
+    assert [_encode(plain, image) for image in images] == handles + new
+    _assert_decode_alike(batched, plain, [handles[1], handles[3], *new])
+    assert _decode(batched, [handles[0]], [[[1.0, 1.0]]]).error.code == _Error.NOT_FOUND
 
 
 def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthetic_repository):

@@ -222,6 +222,7 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
         cache_size=str(cache_size),
         logits_cache_size=str(SESSION_LOGITS_CACHE_SIZE),
         mask_input_clamp="" if spec.low_res_clamp is None else str(spec.low_res_clamp),
+        **{contract.ENCODE_BATCH_PARAMETER: str(ENCODER_MAX_BATCH)},
         **video,
     )
     return (

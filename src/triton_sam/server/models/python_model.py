@@ -18,7 +18,9 @@ multimask candidate with the highest predicted IoU instead (a hover preview show
 will give).
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
-`1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept) and `feature_buffers` ("auto": on a GPU the
+`1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept),
+`encode_batch` (new images of one shape, from the requests of one run, encoded together: a large
+plane's tiles; 1 where absent) and `feature_buffers` ("auto": on a GPU the
 features stay in GPU memory, one slot per image, and the decoder reads them there; "on": the same
 buffers in host memory, for tests; "off": numpy arrays). Rows of a batched decode are gathered
 from the slots by `gather_features.onnx`, written next to this file. What it did with each request is counted
@@ -52,6 +54,7 @@ IMAGE = "image"
 HANDLE = "handle"
 MODEL_ID_PARAMETER = "triton_sam_model_id"
 COMPONENT_PARAMETER = "triton_sam_component"
+ENCODE_BATCH_PARAMETER = "encode_batch"
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"
 GATHER_FILE = "gather_features.onnx"
 DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
@@ -250,20 +253,23 @@ class SessionModel:
         on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
         self.batch_decodes = on_gpu
         self.cache = _feature_store(self.encoder, self.decoder, params, on_gpu, model_dir)
+        # Images to one encoder run: what the config says, at most what the cache holds.
+        self.encode_batch = min(max(1, int(params.get(ENCODE_BATCH_PARAMETER) or 1)), self.cache.capacity)
         self.kept_logits = _lru_store(int(params.get("logits_cache_size", "256")))
         self.mask_input_clamp = float(params["mask_input_clamp"]) if params.get("mask_input_clamp") else None
         self.video = _video_requests(model_dir, params)
 
     def run(self, requests) -> list:
-        responses = {}
+        encodes = [r for r in requests if pb_utils.get_input_tensor_by_name(r, IMAGE) is not None]
+        responses = self._encode(encodes)  # encodes first: the rest then see slots no later encode can reuse
         decodes = []
-        for request in requests:  # encodes first: decodes then see slots no later encode can reuse
+        for request in requests:
+            if id(request) in responses:
+                continue
             try:
                 if self.video is not None and self.video.handles(request):
                     responses[id(request)] = self.video.run(request, self._host_features(request))
                     self.counts.add("video")
-                elif pb_utils.get_input_tensor_by_name(request, IMAGE) is not None:
-                    responses[id(request)] = self._encode(request)
                 else:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:
@@ -287,16 +293,31 @@ class SessionModel:
             responses.update(self._decode_together(list(wanted), members))
         return [responses[id(r)] for r in requests]
 
-    def _encode(self, request):
-        images = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy()
-        if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
-            raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
-        handles = [content_signature(image, self.model_id) for image in images]
-        for handle, image in zip(handles, images):
-            if handle not in self.cache:
-                self.cache.encode(handle, {IMAGE: image[None]}, self.encoder)
-        self.counts.add("encoded")
-        return _response([HANDLE], [np.array([[h.encode()] for h in handles], dtype=np.object_)])
+    def _encode(self, requests: list) -> dict:
+        """Encode the images of `requests` (id -> response): those not cached yet, grouped by shape
+        (a large plane's tiles, several users' planes arriving together), `encode_batch` images
+        to an encoder run."""
+        responses, handles, new = {}, {}, {}  # handles: request id -> its images'; new: handle -> image
+        for request in requests:
+            try:
+                images = _images(request)
+            except ValueError as error:
+                self.counts.add("failed")
+                responses[id(request)] = _failure(error)
+                continue
+            handles[id(request)] = [content_signature(image, self.model_id) for image in images]
+            new.update((h, image) for h, image in zip(handles[id(request)], images) if h not in self.cache)
+        by_shape: dict = {}
+        for handle, image in new.items():
+            by_shape.setdefault(image.shape, []).append(handle)
+        for group in by_shape.values():
+            for start in range(0, len(group), self.encode_batch):
+                batch = group[start : start + self.encode_batch]
+                self.cache.encode(batch, {IMAGE: np.stack([new[h] for h in batch])}, self.encoder)
+        for request_id, answer in handles.items():
+            self.counts.add("encoded")
+            responses[request_id] = _response([HANDLE], [np.array([[h.encode()] for h in answer], dtype=np.object_)])
+        return responses
 
     def _host_features(self, request) -> dict:
         """The features of the request's one handle as numpy arrays."""
@@ -568,6 +589,14 @@ def _run_cancellable(run, requests: list) -> list:
     finally:
         finished.set()
         watcher.join()
+
+
+def _images(request) -> np.ndarray:
+    """An encode request's images, [B, H, W, C] uint8; ValueError if malformed."""
+    images = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy()
+    if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
+        raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
+    return images
 
 
 def _required(request, name: str) -> np.ndarray:

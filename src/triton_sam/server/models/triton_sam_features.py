@@ -43,9 +43,12 @@ class FeatureStore(LruStore):
         super().__init__(capacity)
         self.names = names
 
-    def encode(self, handle: str, feeds: dict, encoder) -> None:
-        """Run `encoder` on `feeds` (one image) and keep its outputs under `handle`."""
-        self.put(handle, dict(zip(self.names, encoder.run(self.names, feeds))))
+    def encode(self, handles: list, feeds: dict, encoder) -> None:
+        """Run `encoder` on `feeds` (a batch: one image per handle) and keep each image's outputs
+        under its handle."""
+        outputs = encoder.run(self.names, feeds)
+        for row, handle in enumerate(handles):
+            self.put(handle, {name: _row(output, row, len(handles)) for name, output in zip(self.names, outputs)})
 
     def host(self, entry) -> dict:
         """One entry's features as numpy arrays [1, C, H, W] by name."""
@@ -74,27 +77,29 @@ class BufferFeatureStore(FeatureStore):
     def _evicted(self, slot: int) -> None:
         self.free.append(slot)
 
-    def _bind(self, binding, bind, name: str, slot: int) -> None:
-        """Bind `name` of one slot with `bind` (an input or output binder of `binding`)."""
+    def _bind(self, binding, bind, name: str, slot: int, count: int = 1) -> None:
+        """Bind `name` of `count` slots from `slot` on with `bind` (an input or output binder of `binding`)."""
         row_bytes = 4 * int(np.prod(self.shapes[name]))
         pointer = self.buffers[name].data_ptr() + slot * row_bytes
-        bind(name, self.device, 0, np.float32, [1, *self.shapes[name]], pointer)
+        bind(name, self.device, 0, np.float32, [count, *self.shapes[name]], pointer)
 
-    def encode(self, handle: str, feeds: dict, encoder) -> None:
-        if not self.free:
+    def encode(self, handles: list, feeds: dict, encoder) -> None:
+        """The encoder writes each image's outputs into its slot: a batch into consecutive free
+        slots, one run per stretch of them (the fewest runs the free slots allow)."""
+        while len(self.free) < len(handles):
             self._evicted(self._items.popitem(last=False)[1])
-        slot = self.free.pop()
-        binding = encoder.io_binding()
-        for name, array in feeds.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(array))
-        for name in self.names:
-            self._bind(binding, binding.bind_output, name, slot)
-        try:
+        done = 0
+        for first, count in _free_stretches(self.free, len(handles)):
+            binding = encoder.io_binding()
+            for name, array in feeds.items():
+                binding.bind_cpu_input(name, np.ascontiguousarray(array[done : done + count]))
+            for name in self.names:
+                self._bind(binding, binding.bind_output, name, first, count)
             encoder.run_with_iobinding(binding)
-        except Exception:
-            self.free.append(slot)
-            raise
-        self.put(handle, slot)
+            for offset, handle in enumerate(handles[done : done + count]):
+                self.free.remove(first + offset)
+                self.put(handle, first + offset)
+            done += count
 
     def host(self, slot: int) -> dict:
         return {name: value.numpy() for name, value in zip(self.names, self._gathered([slot]))}
@@ -123,6 +128,30 @@ class BufferFeatureStore(FeatureStore):
         binding.bind_cpu_input("rows", np.asarray(slots, np.int64))
         self.gather.run_with_iobinding(binding)
         return binding.get_outputs()
+
+
+def _row(output: np.ndarray, row: int, rows: int) -> np.ndarray:
+    """One image's row [1, ...] of a batch's output: a copy of it when the batch has others (a
+    view would keep the whole batch in memory until every image of it is evicted)."""
+    return output if rows == 1 else output[row : row + 1].copy()
+
+
+def _free_stretches(free: list, count: int) -> list:
+    """(first slot, length) of stretches of consecutive `free` slots, the longest first, holding
+    `count` slots in all."""
+    stretches: list = []
+    for slot in sorted(free):
+        if stretches and sum(stretches[-1]) == slot:
+            stretches[-1][1] += 1
+        else:
+            stretches.append([slot, 1])
+    chosen = []
+    for first, length in sorted(stretches, key=lambda stretch: -stretch[1]):
+        if count <= 0:
+            break
+        chosen.append((first, min(length, count)))
+        count -= length
+    return chosen
 
 
 def _joined(arrays: list) -> np.ndarray:
