@@ -16,15 +16,16 @@ TINY = get_model("sam2.1_hiera_tiny")
 
 
 class CountingEngine:
-    """The real local engine, counting encodes."""
+    """The real local engine, counting encodes and the images handed over at once."""
 
     def __init__(self, engine) -> None:
-        self.engine, self.spec, self.encodes = engine, engine.spec, 0
+        self.engine, self.spec, self.encodes, self.batches = engine, engine.spec, 0, []
         self.weights_id = engine.weights_id
 
-    def encode(self, image):
-        self.encodes += 1
-        return self.engine.encode(image)
+    def encode_many(self, images):
+        self.encodes += len(images)
+        self.batches.append(len(images))
+        return self.engine.encode_many(images)
 
 
 def _image(value: int) -> np.ndarray:
@@ -56,6 +57,38 @@ def test_concurrent_requests_for_one_image_encode_it_once(synthetic_repository):
     for thread in threads:
         thread.join()
     assert engine.encodes == 1 and all(r is results[0] for r in results)
+
+
+def test_images_asked_for_together_go_to_the_engine_together_unless_cached_or_being_encoded(synthetic_repository):
+    """`features_many`: one `encode_many` for the new images (each once), the cached ones from the
+    cache, one another caller is encoding from that caller; each as `features` gives it."""
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    cache = FeatureCache(engine)
+    cached = cache.features(_image(1))
+    started, release = threading.Event(), threading.Event()
+    encode_many = engine.engine.encode_many
+
+    def held_encode_many(images):  # another caller's encode of image 2, held until released
+        if np.array_equal(images[0], _image(2)):
+            started.set()
+            release.wait(10)
+        return encode_many(images)
+
+    engine.engine.encode_many = held_encode_many
+    other = threading.Thread(target=lambda: cache.features(_image(2)))
+    other.start()
+    assert started.wait(10)
+    threading.Timer(0.3, release.set).start()
+    images = [_image(v) for v in (3, 1, 2, 4, 3)]
+    got = cache.features_many(images)
+    other.join()
+    assert engine.batches == [1, 1, 2]  # 1 and 2 alone; 3 and 4 together, 3 once
+    assert got[1] is cached and got[0] is got[4]
+    assert all(g is cache.features(image) for g, image in zip(got, images))
+    fresh = FeatureCache(create_engine(TINY, "local", synthetic_repository))
+    for g, image in zip(got, images):
+        for name, array in fresh.features(image).arrays.items():
+            np.testing.assert_array_equal(g.arrays[name], array)
 
 
 def test_the_signature_depends_on_content_shape_and_model():

@@ -443,6 +443,25 @@ def test_the_tile_under_a_waiting_cursor_is_encoded_before_the_others(big_sessio
     assert preview.offset == far.offset
 
 
+def test_tiles_go_together_to_an_engine_that_encodes_several_at_once_but_a_waited_for_one_alone(big_session, monkeypatch):
+    """Where the engine encodes tiles faster together (`encode_batch`: a server batching on a GPU),
+    `encode_tiles` hands them over that many at a time, encoded ones skipped; the tile under a
+    cursor waiting for its preview goes first, alone."""
+    session, engine = big_session, big_session.engine
+    session.set_plane(("noise", 0), np.random.default_rng(0).integers(0, 256, BIG.shape, np.uint8))  # no two tiles alike
+    monkeypatch.setattr(engine, "encode_batch", 3, raising=False)
+    batches, encode_many = [], engine.encode_many
+    monkeypatch.setattr(engine, "encode_many", lambda images: batches.append(len(images)) or encode_many(images))
+    session.encode_tiles([session.tiles[1]])
+    assert session.hover(2900, 2500) is None  # the far corner's tile is not encoded yet
+    progress = []
+    assert session.encode_tiles(session.tiles, on_progress=lambda done, total: progress.append(done)) == 15
+    assert batches == [1, 1, 3, 3, 3, 3, 2]  # tile 1; the far corner's; 0, 2, 3; (1 skipped) 4-6, 7-9, 10-12, 13-14
+    assert progress == [1, 4, 5, 8, 11, 14, 16] and all(session.encoded(t) for t in session.tiles)
+    preview = session.previews.wait_for(lambda p: p is not None and p.point == (2900, 2500))
+    assert preview.offset == session.tiles[-1].offset
+
+
 def test_a_click_on_a_large_plane_encodes_its_tile_and_commit_places_the_object(big_session):
     session = big_session
     session.add_point(2900, 2500)

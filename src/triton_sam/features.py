@@ -16,6 +16,7 @@ import tempfile
 import threading
 import zipfile
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -145,22 +146,44 @@ class FeatureCache:
                     return self._items[key]
                 busy = self._encoding.get(key)
                 if busy is None:
-                    self._encoding[key] = threading.Event()
-                    self.misses += 1
+                    self._claim([key])
                     break
             busy.wait()
+        return self._made({key: model_input})[key]
+
+    def features_many(self, model_inputs: Sequence[np.ndarray], keys: Sequence[str] | None = None) -> list[ImageFeatures]:
+        """`features` of several inputs: those no one has encoded yet go to the engine together
+        (`Engine.encode_many`: a server may encode them in one run)."""
+        keys = list(keys) if keys is not None else [self.signature(m) for m in model_inputs]
+        with self._lock:
+            mine = self._claim([k for k in dict.fromkeys(keys) if k not in self._items and k not in self._encoding])
+        made = self._made({k: m for k, m in zip(keys, model_inputs) if k in mine}) if mine else {}
+        return [made[k] if k in made else self.features(m, k) for k, m in zip(keys, model_inputs)]
+
+    def _claim(self, keys: list[str]) -> list[str]:
+        """Mark `keys` as being encoded by this caller (others wait for them); holds the lock."""
+        for key in keys:
+            self._encoding[key] = threading.Event()
+        self.misses += len(keys)
+        return keys
+
+    def _made(self, model_inputs: dict[str, np.ndarray]) -> dict[str, ImageFeatures]:
+        """Features of claimed keys (key -> input): loaded from disk, else encoded; cached, and the
+        claims let go of."""
         try:
-            features = self._load(key)
-            if features is None:
-                features = self.engine.encode(model_input)
+            made = {key: self._load(key) for key in model_inputs}
+            new = [key for key, features in made.items() if features is None]
+            for key, features in zip(new, self.engine.encode_many([model_inputs[k] for k in new]) if new else []):
                 self._save(key, features)
+                made[key] = features
             with self._lock:
-                self._items[key] = features
+                self._items.update(made)
                 self._evict()
-            return features
+            return made
         finally:
             with self._lock:
-                self._encoding.pop(key).set()
+                for key in model_inputs:
+                    self._encoding.pop(key).set()
 
     def _load(self, key: str) -> ImageFeatures | None:
         """Features stored for `key`, or None if missing, unreadable, or not what this model makes."""

@@ -14,7 +14,7 @@ hold (a zoomed-out tile of a plane with no pyramid level to match) are reduced w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -200,6 +200,14 @@ class ReadAhead:
         """What `keys[index]` reads, the read of the key after it begun first."""
         self.start(keys[index + 1] if index + 1 < len(keys) else None)
         return self.take(keys[index])
+
+    def in_batches(self, keys: Sequence[Hashable], size: int) -> Iterator[tuple[Sequence[Hashable], list[np.ndarray]]]:
+        """`keys` `size` at a time, each batch with what it reads, the next batch's reads begun first."""
+        batches = [keys[start : start + size] for start in range(0, len(keys), size)]
+        for number, batch in enumerate(batches):
+            for key in batches[number + 1] if number + 1 < len(batches) else ():
+                self.start(key)
+            yield batch, [self.take(key) for key in batch]
 
     def __enter__(self) -> ReadAhead:
         return self

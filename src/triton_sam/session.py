@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 import numpy as np
 
@@ -210,10 +211,10 @@ class InteractiveSession:
             return self._closed or (should_stop is not None and should_stop())
 
         with ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
-            for number, tile in enumerate(tiles):
+            for batch, model_inputs in ahead.in_batches(tiles, self.engine.encode_batch):
                 if not self._cursor_rested(yield_to_cursor_s, stopped):
                     return
-                self._tile_features(plane, tile, ahead.take_in_order(tiles, number))
+                self._tiles_features(plane, list(batch), model_inputs)
 
     def prefetch_planes(
         self,
@@ -324,9 +325,10 @@ class InteractiveSession:
         yield_to_cursor_s: float = 0.0,
     ) -> int:
         """Encode `tiles` of the plane shown, in order (blocks: off the GUI thread), skipping those
-        done; a tile under a cursor waiting for its preview goes first. Stops early when the
-        plane changes or `should_stop()` says so (the view moved).
-        With `yield_to_cursor_s`, each tile waits until the cursor has rested that long (work
+        done; a tile under a cursor waiting for its preview goes first, alone. Where the engine
+        encodes several at once faster (`Engine.encode_batch`), tiles go that many together.
+        Stops early when the plane changes or `should_stop()` says so (the view moved).
+        With `yield_to_cursor_s`, each batch waits until the cursor has rested that long (work
         ahead of need must not slow the previews on a shared CPU). `on_progress(done, total)`
         after each. Returns how many were encoded now."""
         with self._lock:
@@ -335,35 +337,56 @@ class InteractiveSession:
         def stopped() -> bool:
             return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
-        encoded, remaining = 0, list(tiles)
+        encoded, done, remaining = 0, 0, list(tiles)
         with ReadAhead(lambda tile: self._tile_input(plane, tile)) as ahead:
-            for done in range(1, len(tiles) + 1):
+            while remaining:
                 if not self._cursor_rested(yield_to_cursor_s, stopped):
                     break
-                tile = self._next_tile(remaining)
-                remaining.remove(tile)
-                if not self._encoded(plane, tile):
-                    ahead.start(next((t for t in remaining if not self._encoded(plane, t)), None))
-                    self._tile_features(plane, tile, ahead.take(tile))
-                    encoded += 1
-                    self._hover_again_if_waiting(plane, tile)
+                batch = self._next_tiles(plane, remaining)
+                for tile in batch:
+                    remaining.remove(tile)
+                new = [tile for tile in batch if not self._encoded(plane, tile)]
+                if new:
+                    for tile in islice(self._not_encoded(plane, remaining), self.engine.encode_batch):
+                        ahead.start(tile)  # the next batch
+                    self._tiles_features(plane, new, [ahead.take(tile) for tile in new])
+                    encoded += len(new)
+                    for tile in new:
+                        self._hover_again_if_waiting(plane, tile)
+                done += len(batch)
                 if on_progress is not None and not stopped():
                     on_progress(done, len(tiles))
         return encoded
 
-    def _next_tile(self, remaining: list[Tile]) -> Tile:
-        """The first of `remaining`, unless one of them holds a cursor waiting for its preview."""
+    def _next_tiles(self, plane: _Plane, remaining: list[Tile]) -> list[Tile]:
+        """The tile a cursor waits for its preview on, alone; else the first of `remaining`, alone
+        if it is encoded (skipped), else with the next ones not encoded yet, up to `Engine.encode_batch`."""
         with self._lock:
             waiting = None if self._waiting_hover is None else np.array([self._waiting_hover])
         if waiting is not None:
             holding = [t for t in remaining if t.margin(waiting) >= 0]
             if holding:
-                return max(holding, key=lambda t: t.margin(waiting))
-        return remaining[0]
+                return [max(holding, key=lambda t: t.margin(waiting))]
+        if self._encoded(plane, remaining[0]):
+            return remaining[:1]
+        return [remaining[0], *islice(self._not_encoded(plane, remaining[1:]), self.engine.encode_batch - 1)]
+
+    def _not_encoded(self, plane: _Plane, tiles: list[Tile]) -> Iterator[Tile]:
+        return (tile for tile in tiles if not self._encoded(plane, tile))
 
     def _tile_input(self, plane: _Plane, tile: Tile) -> np.ndarray:
         """A tiled plane's encoder input for `tile`, read from the plane."""
         return encoder_input(plane.read(tile, self.spec.max_read_side), self.spec, plane.contrast)
+
+    def _tiles_features(self, plane: _Plane, tiles: list[Tile], model_inputs: list[np.ndarray]) -> None:
+        """Encode `tiles` (read as `model_inputs`) into the cache, together where the engine can."""
+        if len(tiles) == 1:
+            self._tile_features(plane, tiles[0], model_inputs[0])
+            return
+        keys = [self.cache.signature(model_input) for model_input in model_inputs]
+        self.cache.features_many(model_inputs, keys)
+        with self._lock:
+            plane.signatures.update(zip(tiles, keys))
 
     def _tile_features(self, plane: _Plane, tile: Tile, model_input: np.ndarray | None = None) -> ImageFeatures:
         """A tile's features: the whole plane's, or a tile's from the cache, encoded now (from

@@ -91,15 +91,18 @@ class TiledPredictor(EngineOwner):
         return encoder_input(window, self.spec, self._contrast)
 
     def encode_tiles(self, tiles: Sequence[Tile] | None = None, on_progress: Callable[[int, int], None] | None = None) -> None:
-        """Encode `tiles` (default: all) ahead of prompts, each read while the one before it is
-        encoded (`image.ReadAhead`); `on_progress(done, total)` after each."""
+        """Encode `tiles` (default: all) ahead of prompts, `Engine.encode_batch` at a time, each
+        batch read while the one before it is encoded (`image.ReadAhead`); `on_progress(done,
+        total)` after each."""
         self._require_image()
         tiles = self.tiles if tiles is None else tiles
+        done = 0
         with ReadAhead(self._tile_input) as ahead:
-            for index in range(len(tiles)):
-                self.cache.features(ahead.take_in_order(tiles, index))
+            for batch, model_inputs in ahead.in_batches(tiles, self.engine.encode_batch):
+                self.cache.features_many(model_inputs)
+                done += len(batch)
                 if on_progress is not None:
-                    on_progress(index + 1, len(tiles))
+                    on_progress(done, len(tiles))
 
     def predict_in_tile(
         self,

@@ -359,6 +359,37 @@ def test_back_to_back_decodes_behind_the_dynamic_batcher_never_wait_in_its_queue
     assert waited < 250
 
 
+def test_a_server_that_encodes_tiles_together_gets_them_together_and_they_decode_as_locally(
+    synthetic_batching_server, synthetic_server, synthetic_repository
+):
+    """A session model that batches encodes (on a GPU; forced here) tells clients its `encode_batch`:
+    a large plane's tiles go there that many to a request (one server run each), others one by
+    one; every tile then decodes as the local engine decodes it."""
+    from triton_sam.tiled_predictor import TiledPredictor
+
+    plane = np.random.default_rng(3).integers(0, 256, (2600, 3000), np.uint8)  # 16 tiles, no two alike
+    points = [[300, 300], [1400, 896], [2900, 2500]]
+    with (
+        TiledPredictor(backend="triton", url=synthetic_batching_server.grpc_url) as batched,
+        TiledPredictor(backend="triton", url=synthetic_server.grpc_url) as one_by_one,
+        TiledPredictor(model_repository=synthetic_repository) as local,
+    ):
+        assert (batched.engine.encode_batch, one_by_one.engine.encode_batch, local.engine.encode_batch) == (4, 1, 1)
+        before = _settled_requests(synthetic_batching_server, TINY.session_name)
+        progress = []
+        batched.set_image(plane)
+        batched.encode_tiles(on_progress=lambda done, total: progress.append(done))
+        assert progress == [4, 8, 12, 16]
+        assert _delta(before, _settled_requests(synthetic_batching_server, TINY.session_name)) == {"encoded": 4}
+        for predictor in (one_by_one, local):
+            predictor.set_image(plane)
+        for point in points:
+            expected = local.predict(point_coords=[point], point_labels=[1])
+            for predictor in (batched, one_by_one):
+                for ours, theirs in zip(predictor.predict(point_coords=[point], point_labels=[1]), expected):
+                    np.testing.assert_array_equal(ours, theirs)
+
+
 def _settled_requests(server, model: str) -> dict[str, int]:
     """The session model's request counts by outcome, once a read repeats the previous one."""
     previous = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,10 +107,17 @@ class Engine(ABC):
     # Whether a scheduler should wait for the cursor to rest before a hover decode: yes where
     # decodes cost a shared server; no on the user's own CPU, where a superseded decode stops at once.
     settle_hovers: bool = False
+    # How many images of one shape (a large plane's tiles) callers should hand `encode_many` at
+    # once: more than one where the engine encodes them together faster (a server batching on a GPU).
+    encode_batch: int = 1
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:
         """Encode one image as `image.encoder_input` makes it (uint8 h x w x C)."""
+
+    def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
+        """Encode several images (one by one unless the engine can do better)."""
+        return [self.encode(image) for image in images]
 
     @abstractmethod
     def decode(

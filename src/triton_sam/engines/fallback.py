@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -101,14 +101,21 @@ class FallbackEngine(Engine):
             return self.active.describe()
         return f"{self.active.describe()} (Triton not used: {reason.splitlines()[0].split('. ')[0]})"
 
+    @property
+    def encode_batch(self) -> int:
+        return self.active.encode_batch
+
     def encode(self, image: np.ndarray) -> ImageFeatures:
+        return self.encode_many([image])[0]
+
+    def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
         server = self._server
         if server is not None:
             try:
-                return server.encode(image)
+                return server.encode_many(images)
             except ServerUnavailableError as error:
                 self._use_local(error, server)
-        return self._local.encode(image)
+        return self._local.encode_many(images)
 
     def decode(
         self,

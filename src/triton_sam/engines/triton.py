@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,6 +320,8 @@ class TritonEngine(Engine):
         always = self.cancel_on_server and "dynamic_batching" not in config
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
+        # Images the server encodes in one run (a GPU server's); at most what a request may hold.
+        self.encode_batch = max(1, min(int(_parameter(config, contract.ENCODE_BATCH_PARAMETER) or 1), self.max_batch or 1))
         # Session models exported before crops answer masks-only decodes with the whole logits
         # (before crops of candidates, those of multimask ones), those before kept logits take no
         # mask input by key, and those before best-of-multimask decodes send all three
@@ -335,16 +338,29 @@ class TritonEngine(Engine):
         return f"Triton at {self.client.url}"
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
-        return ImageFeatures(handle=self._encode(image), model_input=image)
+        return ImageFeatures(handle=self._encode(image[None])[0], model_input=image)
 
-    def _encode(self, image: np.ndarray) -> str:
+    def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
+        """Images of one shape go `encode_batch` to a request: the server encodes them together."""
+        features = []
+        for start in range(0, len(images), self.encode_batch):
+            batch = images[start : start + self.encode_batch]
+            if len(batch) == 1 or len({image.shape for image in batch}) > 1:
+                features += [self.encode(image) for image in batch]
+                continue
+            handles = self._encode(np.stack(batch))
+            features += [ImageFeatures(handle=h, model_input=image) for h, image in zip(handles, batch)]
+        return features
+
+    def _encode(self, images: np.ndarray) -> list[str]:
+        """The handles of `images` ([B, H, W, C]) encoded on the server."""
         try:
             result = self.client.infer_large(
-                self.spec.session_name, {contract.ENCODER_INPUT: image[None]}, [contract.HANDLE], self.encode_timeout_s
+                self.spec.session_name, {contract.ENCODER_INPUT: images}, [contract.HANDLE], self.encode_timeout_s
             )
         except InferenceServerException as error:
             raise self._error(error) from error
-        return result.as_numpy(contract.HANDLE).reshape(-1)[0].decode()
+        return [handle.decode() for handle in result.as_numpy(contract.HANDLE).reshape(-1)]
 
     def decode(
         self,
@@ -367,7 +383,7 @@ class TritonEngine(Engine):
         for _ in range(REENCODE_ATTEMPTS):
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled")
-            if self._encode(features.model_input) != features.handle:
+            if self._encode(features.model_input[None]) != [features.handle]:
                 raise ServerModelError("The server returned a different handle for the same image.")
             try:
                 return self._decode(features.handle, request, multimask_output, cancel)
@@ -512,7 +528,7 @@ class TritonEngine(Engine):
             except InferenceServerException as error:
                 if contract.UNKNOWN_HANDLE not in (error.message() or ""):
                     raise self._error(error) from error
-                self._encode(features.model_input)  # lost (eviction, restart): the handle is content-based
+                self._encode(features.model_input[None])  # lost (eviction, restart): the handle is content-based
                 continue
             return {name: result.as_numpy(name) for name in outputs}
         raise ServerModelError(f"The server on {self.client.url} keeps losing this image's embedding: its cache is too small.")
