@@ -29,5 +29,5 @@ if [[ $part != triton ]]; then
 fi
 if [[ $part != local ]]; then
     run hover-triton "$PYTHON" -m triton_sam.cli bench hover --backends triton --duration 30
-    run suite-triton "$PYTHON" -m triton_sam.cli bench all --only click annotators --output "$out/suite-triton-results.json"
+    run suite-triton "$PYTHON" -m triton_sam.cli bench all --only click annotators triton --output "$out/suite-triton-results.json"
 fi

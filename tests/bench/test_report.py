@@ -43,3 +43,23 @@ def test_a_rerun_on_another_machine_replaces_its_benchmarks_and_says_where_each_
     alone = report.merge([first])
     report.write(alone, tmp_path / "plots", tmp_path / "alone.md")
     assert (tmp_path / "alone.md").read_text().splitlines()[2].startswith("Measured on: First CPU, 2 cores")
+
+
+def test_the_gpu_section_shows_the_triton_benchmarks_run_there(tmp_path):
+    """`scripts/bench-gpu.sh`'s Triton part (`bench all` into suite-triton-results.json) lands in the
+    GPU section under the same tables as on the CPU, the tiles encoded together among them."""
+    committed = json.loads(COMMITTED.read_text())
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    for source in (COMMITTED.parents[1] / "gpu-h100").glob("*.json"):
+        (gpu / source.name).write_text(source.read_text())
+    without = report.gpu_section(gpu)
+    suite = _run(committed, ("triton", "annotators"), "GPU host CPU")
+    batched, alone = {"encode_batch": 4, "tiles": 8, "per_tile_ms": 12.5}, {"encode_batch": 1, "tiles": 8, "per_tile_ms": 25.0}
+    suite["results"]["triton"]["tile_encodes"] = {"batched": batched, "one_by_one": alone, "ratio": 0.5}
+    (gpu / "suite-triton-results.json").write_text(json.dumps(suite))
+    section = report.gpu_section(gpu)
+    assert "On the GPU" not in without
+    assert "### On the GPU: Triton next to the local engine" in section
+    assert "### On the GPU: Many annotators on one Triton server" in section
+    assert "4 to a request, encoded together by the session model, 12.5 ms a tile" in section and "(0.50x)" in section

@@ -141,6 +141,10 @@ def gpu_section(directory: Path) -> str:
             f"{trace['duration_s']:.0f} s, {trace['rate_hz']:.0f} Hz trace: event to mask "
             f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n"
         )
+    suite = load.get("suite-triton-results", {}).get("results", {})  # `bench all` through Triton on the GPU
+    for name, (title, section) in SECTIONS.items():
+        if name in suite:
+            text.append(f"### On the GPU: {title}\n\n{section(suite[name])}")
     text.append("### Not measured\n\n" + "\n".join(f"- {line}" for line in about["not_measured"]) + "\n")
     return "\n".join(text)
 
@@ -179,6 +183,15 @@ def _triton(r: dict) -> str:
     text += "\nBack-to-back decodes (each client waits for its answer, then asks again):\n\n" + _table(
         ["session model", *clients], throughput
     )
+    tiles = r.get("tile_encodes")  # runs before 2026-11-26 did not encode tiles together
+    if tiles:
+        batched, alone = tiles["batched"], tiles["one_by_one"]
+        text += (
+            f"\nA large plane's tiles ({tiles['batched']['tiles']} new ones of the model's input size, as `TiledPredictor` "
+            f"sends them): {batched['encode_batch']} to a request, encoded together by the session model, "
+            f"{_ms(batched['per_tile_ms'])} ms a tile; one by one (the server without batching), "
+            f"{_ms(alone['per_tile_ms'])} ms a tile ({tiles['ratio']:.2f}x).\n"
+        )
     lock = r.get("lock_held")
     if lock:
         text += (
@@ -511,6 +524,20 @@ def _memory(r: dict) -> str:
     return text
 
 
+SECTIONS = {  # benchmark -> (title, its Markdown)
+    "predictor": ("Local engine vs the official predictor", _predictor),
+    "triton": ("Triton next to the local engine", _triton),
+    "click": ("Click to committed mask", _click),
+    "hover": ("Hover scheduling (Qt-free session vs a naive client)", _hover),
+    "gui": ("In napari: mouse move to preview on screen", _gui),
+    "large": ("A 20000 x 20000 plane in napari", _large),
+    "volume": ("Propagating through a stack", _volume),
+    "automatic": ("Segment all (automatic mask generation)", _automatic),
+    "annotators": ("Many annotators on one Triton server", _annotators),
+    "memory": ("Memory", _memory),
+}
+
+
 def merge(runs: list[dict]) -> dict:
     """One results dict from several `bench all` runs: a later run's benchmarks replace earlier ones,
     each keeping the machine it ran on (`machines`)."""
@@ -535,18 +562,6 @@ def write(results: dict, plot_dir: Path, markdown: Path, gpu: Path | None = None
         written.append(plots.hover(r["hover"], r.get("gui", {}), plot_dir / "hover.png"))
     if r.get("memory", {}).get("soak"):
         written.append(plots.soak(r["memory"]["soak"], plot_dir / "soak.png"))
-    sections = {
-        "predictor": ("Local engine vs the official predictor", _predictor),
-        "triton": ("Triton next to the local engine", _triton),
-        "click": ("Click to committed mask", _click),
-        "hover": ("Hover scheduling (Qt-free session vs a naive client)", _hover),
-        "gui": ("In napari: mouse move to preview on screen", _gui),
-        "large": ("A 20000 x 20000 plane in napari", _large),
-        "volume": ("Propagating through a stack", _volume),
-        "automatic": ("Segment all (automatic mask generation)", _automatic),
-        "annotators": ("Many annotators on one Triton server", _annotators),
-        "memory": ("Memory", _memory),
-    }
     text = [
         "# Benchmarks\n",
         f"Measured on: {_machine(results)}\n",
@@ -555,7 +570,7 @@ def write(results: dict, plot_dir: Path, markdown: Path, gpu: Path | None = None
         + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())
         + f". Reproduce: `{REPRODUCE}`.\n",
     ]
-    for name, (title, section) in sections.items():
+    for name, (title, section) in SECTIONS.items():
         if name in r:
             text.append(f"## {title}\n\n{section(r[name])}")
     if gpu is not None:

@@ -28,7 +28,7 @@ from ..registry import DEFAULT_MODEL
 PROFILES: dict[str, dict[str, dict]] = {
     "full": {
         "predictor": {"encodes": 2, "decodes": 20},
-        "triton": {"encodes": 2, "decodes": 30, "clients": (1, 4, 16), "duration_s": 2.0},
+        "triton": {"encodes": 2, "decodes": 30, "clients": (1, 4, 16), "duration_s": 2.0, "tiles": 8},
         "hover": {"duration_s": 60.0},  # ~54 previews per backend: enough for a p95
         "click": {"clicks": 20},
         "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
@@ -40,7 +40,7 @@ PROFILES: dict[str, dict[str, dict]] = {
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
-        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1},
+        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1, "tiles": 2},
         "hover": {"duration_s": 1.0, "yardstick": 3},
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},

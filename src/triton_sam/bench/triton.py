@@ -3,8 +3,9 @@
 A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode,
 hover-decode and refinement latency through Triton on loopback and with the local engine (calls
 alternate), bytes on the wire per call (a counting proxy), decode throughput with 1, 4 and 16 concurrent clients,
-with the session model's dynamic batching and with it switched off, and how long a 4096-px
-encode request keeps Python's lock while it goes out (ours next to tritonclient's `infer`).
+with the session model's dynamic batching and with it switched off, a large plane's tiles encoded
+together (the server's `encode_batch`) and one by one, and how long a 4096-px encode request keeps
+Python's lock while it goes out (ours next to tritonclient's `infer`).
 """
 
 from __future__ import annotations
@@ -156,6 +157,20 @@ def _lock_held(url: str, spec: ModelSpec, calls: int) -> dict:
     return {"plane": list(LOCK_PLANE), **stats, "ratio": stats["ours"]["median_ms"] / stats["tritonclient"]["median_ms"]}
 
 
+def _tile_encodes(url: str, spec: ModelSpec, count: int) -> dict:
+    """Milliseconds per tile for `count` new tiles of a large plane sent as `TiledPredictor` sends
+    them: `encode_batch` to a request where the session model encodes them together, else one by
+    one. After a warm-up of one such request (a GPU builds its kernels per batch size)."""
+    engine = TritonEngine(spec, TritonConnection(url))
+    try:
+        tiles = _model_inputs(spec, (spec.input_size, spec.input_size), engine.encode_batch + count)
+        engine.encode_many(tiles[: engine.encode_batch])
+        seconds, _ = timed_call(engine.encode_many, tiles[engine.encode_batch :])
+        return {"encode_batch": engine.encode_batch, "tiles": count, "per_tile_ms": 1000 * seconds / count}
+    finally:
+        engine.close()
+
+
 def _longest_tick_gap(call) -> float:
     """Seconds of the longest gap between this thread's 1 ms sleeps while `call` runs on another."""
     done = threading.Event()
@@ -184,6 +199,7 @@ def run(
     clients: tuple[int, ...] = (1, 4, 16),
     duration_s: float = 3.0,
     lock_calls: int = 7,
+    tiles: int = 8,
     shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
@@ -206,7 +222,11 @@ def run(
         result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
         result["executions_by_batch_size"] = server_batch_sizes(batching.grpc_url, spec)
         result["lock_held"] = _lock_held(batching.grpc_url, spec, lock_calls)
+        tiles_batched = _tile_encodes(batching.grpc_url, spec, tiles)
     local.close()
     with loopback_server(repository, model_id, session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
+        tiles_alone = _tile_encodes(plain.grpc_url, spec, tiles)
+    ratio = tiles_batched["per_tile_ms"] / tiles_alone["per_tile_ms"]
+    result["tile_encodes"] = {"batched": tiles_batched, "one_by_one": tiles_alone, "ratio": ratio}
     return result
