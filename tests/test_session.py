@@ -518,6 +518,22 @@ def test_a_stack_is_prefetched_plane_by_plane_each_read_while_the_one_before_is_
     assert list(session.prefetch_planes(others, should_stop=lambda: len(encoded) >= 4)) == [1]
 
 
+def test_a_stack_goes_to_an_engine_that_encodes_several_planes_at_once_that_many_at_a_time(session, monkeypatch):
+    """ "Encode all planes" through a server that encodes images together: whole planes go
+    `encode_batch` at a time, progress after each batch; each plane is then found in the cache."""
+    engine = session.engine
+    monkeypatch.setattr(engine, "encode_batch", 3, raising=False)
+    batches, encode_many = [], engine.encode_many
+    monkeypatch.setattr(engine, "encode_many", lambda images: batches.append(len(images)) or encode_many(images))
+    planes = [disk_image(H, W, [(60 + 30 * i, 120, 25)]) for i in range(5)]
+    assert list(session.prefetch_planes([(plane, None) for plane in planes])) == [3, 5]
+    assert batches == [3, 2]
+    misses = session.cache.misses
+    for number, plane in enumerate(planes):
+        session.set_plane(("stack", number), plane)
+    assert session.cache.misses == misses and batches == [3, 2]  # all found in the cache
+
+
 def test_encoding_tiles_stops_when_asked_when_the_plane_changes_or_when_the_session_closes(big_session):
     session = big_session
     asked = []

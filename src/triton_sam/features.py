@@ -149,7 +149,7 @@ class FeatureCache:
                     self._claim([key])
                     break
             busy.wait()
-        return self._made({key: model_input})[key]
+        return self._encode_claimed({key: model_input})[key]
 
     def features_many(self, model_inputs: Sequence[np.ndarray], keys: Sequence[str] | None = None) -> list[ImageFeatures]:
         """`features` of several inputs: those no one has encoded yet go to the engine together
@@ -157,7 +157,7 @@ class FeatureCache:
         keys = list(keys) if keys is not None else [self.signature(m) for m in model_inputs]
         with self._lock:
             mine = self._claim([k for k in dict.fromkeys(keys) if k not in self._items and k not in self._encoding])
-        made = self._made({k: m for k, m in zip(keys, model_inputs) if k in mine}) if mine else {}
+        made = self._encode_claimed({k: m for k, m in zip(keys, model_inputs) if k in mine}) if mine else {}
         return [made[k] if k in made else self.features(m, k) for k, m in zip(keys, model_inputs)]
 
     def _claim(self, keys: list[str]) -> list[str]:
@@ -167,7 +167,7 @@ class FeatureCache:
         self.misses += len(keys)
         return keys
 
-    def _made(self, model_inputs: dict[str, np.ndarray]) -> dict[str, ImageFeatures]:
+    def _encode_claimed(self, model_inputs: dict[str, np.ndarray]) -> dict[str, ImageFeatures]:
         """Features of claimed keys (key -> input): loaded from disk, else encoded; cached, and the
         claims let go of."""
         try:

@@ -224,20 +224,26 @@ class InteractiveSession:
         should_stop: Callable[[], bool] | None = None,
     ) -> Iterator[int]:
         """`prefetch` each of `planes` (image, pyramid levels; e.g. every plane of a stack), yielding
-        how many are done, until `should_stop()` says so. A plane encoded whole is read while the
-        one before it is encoded (`image.ReadAhead`), as tiles are."""
+        how many are done, until `should_stop()` says so. Planes encoded whole go to the engine
+        `Engine.encode_batch` at a time (a GPU server encodes them together), each batch read
+        while the one before it is encoded (`image.ReadAhead`), as tiles are."""
 
         def read(number: int):
             image = planes[number][0]
             return image if self.is_tiled(image.shape[:2]) else np.asarray(image)  # tiles: read as encoded
 
-        numbers = range(len(planes))
+        whole = not any(self.is_tiled(image.shape[:2]) for image, _ in planes)
+        done = 0
         with ReadAhead(read) as ahead:
-            for number, (_, levels) in enumerate(planes):
+            for numbers, images in ahead.in_batches(range(len(planes)), self.engine.encode_batch if whole else 1):
                 if self._closed or (should_stop is not None and should_stop()):
                     return
-                self.prefetch(ahead.take_in_order(numbers, number), contrast_limits, tiles, levels, should_stop)
-                yield number + 1
+                if whole:
+                    self.cache.features_many([encoder_input(image, self.spec, contrast_limits) for image in images])
+                else:
+                    self.prefetch(images[0], contrast_limits, tiles, planes[numbers[0]][1], should_stop)
+                done += len(numbers)
+                yield done
 
     def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
         """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews
