@@ -519,14 +519,14 @@ def test_a_stack_is_prefetched_plane_by_plane_each_read_while_the_one_before_is_
 
 
 def test_a_stack_goes_to_an_engine_that_encodes_several_planes_at_once_that_many_at_a_time(session, monkeypatch):
-    """ "Encode all planes" through a server that encodes images together: whole planes go
-    `encode_batch` at a time, progress after each batch; each plane is then found in the cache."""
+    """Encoding all planes through a server that encodes images together: whole planes go
+    `encode_batch` at a time, progress still plane by plane; each plane is then found in the cache."""
     engine = session.engine
     monkeypatch.setattr(engine, "encode_batch", 3, raising=False)
     batches, encode_many = [], engine.encode_many
     monkeypatch.setattr(engine, "encode_many", lambda images: batches.append(len(images)) or encode_many(images))
     planes = [disk_image(H, W, [(60 + 30 * i, 120, 25)]) for i in range(5)]
-    assert list(session.prefetch_planes([(plane, None) for plane in planes])) == [3, 5]
+    assert list(session.prefetch_planes([(plane, None) for plane in planes])) == [1, 2, 3, 4, 5]
     assert batches == [3, 2]
     misses = session.cache.misses
     for number, plane in enumerate(planes):

@@ -224,16 +224,15 @@ class InteractiveSession:
         should_stop: Callable[[], bool] | None = None,
     ) -> Iterator[int]:
         """`prefetch` each of `planes` (image, pyramid levels; e.g. every plane of a stack), yielding
-        how many are done, until `should_stop()` says so. Planes encoded whole go to the engine
-        `Engine.encode_batch` at a time (a GPU server encodes them together), each batch read
-        while the one before it is encoded (`image.ReadAhead`), as tiles are."""
+        how many are done after each plane, until `should_stop()` says so. Planes encoded whole go
+        to the engine `Engine.encode_batch` at a time (a GPU server encodes them together), each
+        batch read while the one before it is encoded (`image.ReadAhead`), as tiles are."""
 
         def read(number: int):
             image = planes[number][0]
             return image if self.is_tiled(image.shape[:2]) else np.asarray(image)  # tiles: read as encoded
 
         whole = not any(self.is_tiled(image.shape[:2]) for image, _ in planes)
-        done = 0
         with ReadAhead(read) as ahead:
             for numbers, images in ahead.in_batches(range(len(planes)), self.engine.encode_batch if whole else 1):
                 if self._closed or (should_stop is not None and should_stop()):
@@ -242,8 +241,7 @@ class InteractiveSession:
                     self.cache.features_many([encoder_input(image, self.spec, contrast_limits) for image in images])
                 else:
                     self.prefetch(images[0], contrast_limits, tiles, planes[numbers[0]][1], should_stop)
-                done += len(numbers)
-                yield done
+                yield from (number + 1 for number in numbers)  # one per plane: napari's progress counts yields
 
     def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
         """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews
