@@ -54,9 +54,17 @@ class _Request:
         return False
 
 
+class _Logger:
+    warnings: list[str] = []
+
+    @classmethod
+    def log_warn(cls, message: str) -> None:
+        cls.warnings.append(message)
+
+
 def _stub_backend_utils() -> types.ModuleType:
     stub = types.ModuleType("triton_python_backend_utils")
-    stub.Tensor, stub.InferenceResponse, stub.TritonError = _Tensor, _Response, _Error
+    stub.Tensor, stub.InferenceResponse, stub.TritonError, stub.Logger = _Tensor, _Response, _Error, _Logger
     stub.get_input_tensor_by_name = lambda request, name: _Tensor(name, request.inputs[name]) if name in request.inputs else None
     return stub
 
@@ -246,6 +254,45 @@ def test_a_batch_fills_free_slots_that_are_not_side_by_side(python_model, synthe
     assert [_encode(plain, image) for image in images] == handles + new
     _assert_decode_alike(batched, plain, [handles[1], handles[3], *new])
     assert _decode(batched, [handles[0]], [[[1.0, 1.0]]]).error.code == _Error.NOT_FOUND
+
+
+class _NoBatches(_CountedRuns):
+    """An encoder that fails on more than one image at a time, as a GPU out of memory would."""
+
+    def io_binding(self):
+        binding = self.session.io_binding()
+        bind_cpu_input = binding.bind_cpu_input
+
+        def checked(name, array):
+            if len(array) > 1:
+                raise RuntimeError("Failed to allocate memory for requested buffer")
+            bind_cpu_input(name, array)
+
+        binding.bind_cpu_input = checked
+        return binding
+
+    def run(self, names, feeds, *args):
+        if len(feeds[contract.ENCODER_INPUT]) > 1:
+            raise RuntimeError("Failed to allocate memory for requested buffer")
+        return super().run(names, feeds, *args)
+
+
+@pytest.mark.parametrize("buffers", ["off", "on"])
+def test_a_batch_the_encoder_cannot_take_is_encoded_one_by_one_and_so_is_all_after_it(
+    python_model, synthetic_repository, buffers
+):
+    plain = _session_model(python_model, synthetic_repository, "off")
+    batched = _session_model(python_model, synthetic_repository, buffers, encode_batch=4)
+    batched.encoder = _NoBatches(batched.encoder)
+    images = _same_shape_images(5)
+    (response,) = batched.run([_Request(image=np.stack(images[:3]))])
+    assert response.error is None and batched.encode_batch == 1
+    assert "3 images together failed" in _Logger.warnings[-1] and "Failed to allocate" in _Logger.warnings[-1]
+    (later,) = batched.run([_Request(image=np.stack(images[3:]))])
+    assert later.error is None
+    handles = [h[0].decode() for r in (response, later) for h in r.outputs[contract.HANDLE]]
+    assert handles == [_encode(plain, image) for image in images]
+    _assert_decode_alike(batched, plain, handles)
 
 
 def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthetic_repository):

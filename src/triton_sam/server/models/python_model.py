@@ -311,13 +311,29 @@ class SessionModel:
         for handle, image in new.items():
             by_shape.setdefault(image.shape, []).append(handle)
         for group in by_shape.values():
-            for start in range(0, len(group), self.encode_batch):
+            start = 0
+            while start < len(group):
                 batch = group[start : start + self.encode_batch]
-                self.cache.encode(batch, {IMAGE: np.stack([new[h] for h in batch])}, self.encoder)
+                self._encode_together(batch, [new[h] for h in batch])
+                start += len(batch)
         for request_id, answer in handles.items():
             self.counts.add("encoded")
             responses[request_id] = _response([HANDLE], [np.array([[h.encode()] for h in answer], dtype=np.object_)])
         return responses
+
+    def _encode_together(self, handles: list, images: list) -> None:
+        """One encoder run for `images`; if a batch fails (a GPU out of memory for several large
+        images), its images are encoded one by one, and so are all later ones."""
+        try:
+            self.cache.encode(handles, {IMAGE: np.stack(images)}, self.encoder)
+        except Exception as error:
+            if len(handles) == 1:
+                raise
+            pb_utils.Logger.log_warn(f"encoding {len(handles)} images together failed, now one at a time: {error}")
+            self.encode_batch = 1
+            for handle, image in zip(handles, images):
+                if handle not in self.cache:
+                    self.cache.encode([handle], {IMAGE: image[None]}, self.encoder)
 
     def _host_features(self, request) -> dict:
         """The features of the request's one handle as numpy arrays."""
