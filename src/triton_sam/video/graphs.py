@@ -63,7 +63,15 @@ class LocalVideo:
         self.settings = VideoSettings.from_dict(self.graphs.settings)
 
     def plane(self, model_input: np.ndarray) -> dict[str, np.ndarray]:
-        return self.cache.features(model_input).host_arrays()
+        return self.planes([model_input])[0]
+
+    @property
+    def encode_batch(self) -> int:
+        """How many planes `planes` should be given at once (see `Engine.encode_batch`)."""
+        return self.cache.engine.encode_batch
+
+    def planes(self, model_inputs: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        return [features.host_arrays() for features in self.cache.features_many(model_inputs)]
 
     def track(self, plane: dict, inputs: MemoryInputs | None, request: DecodeRequest) -> TrackingOutput:
         prompts = prompt_feeds(request, self.graphs.low_res)
@@ -99,7 +107,15 @@ class TritonVideo:
         self.settings = VideoSettings.from_dict(json.loads(settings))
 
     def plane(self, model_input: np.ndarray):
-        return self.engine.encode(model_input)
+        return self.planes([model_input])[0]
+
+    @property
+    def encode_batch(self) -> int:
+        """How many planes `planes` should be given at once: what the server encodes together."""
+        return self.engine.encode_batch
+
+    def planes(self, model_inputs: list[np.ndarray]) -> list:
+        return self.engine.encode_many(model_inputs)
 
     def track(self, plane, inputs: MemoryInputs | None, request: DecodeRequest) -> TrackingOutput:
         size = self.engine.spec.feature_shapes["image_embed"][0]

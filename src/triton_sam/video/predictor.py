@@ -214,9 +214,14 @@ class VolumePredictor(EngineOwner):
         tracked = [frame for frame in order if any(frame not in track.cond for track in state.tracks)]
         position = {frame: i for i, frame in enumerate(tracked)}
         with ReadAhead(lambda frame: self._model_input(state, frame)) as reads:
+            # Each plane read once for all objects, the next ones read while these are tracked;
+            # encoded `encode_batch` at a time (a GPU server encodes several together).
+            batches, planes = reads.in_batches(tracked, self.video.encode_batch), {}
             for frame in order:
-                # Each plane read once for all objects, the next one read while this one is tracked.
-                plane = self.video.plane(reads.take_in_order(tracked, position[frame])) if frame in position else None
+                if frame in position and frame not in planes:
+                    frames, model_inputs = next(batches)
+                    planes.update(zip(frames, self.video.planes(model_inputs)))
+                plane = planes.pop(frame, None)
                 low_res = []
                 for track in state.tracks:
                     if frame in track.cond:
