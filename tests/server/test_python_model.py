@@ -295,6 +295,27 @@ def test_a_batch_the_encoder_cannot_take_is_encoded_one_by_one_and_so_is_all_aft
     _assert_decode_alike(batched, plain, handles)
 
 
+def test_a_gpu_onnx_runtime_cannot_use_is_said_in_the_log_and_the_model_runs_on_the_cpu(
+    python_model, synthetic_repository, monkeypatch
+):
+    """On a GPU machine whose server environment lacks ONNX Runtime's CUDA libraries, ONNX Runtime
+    quietly runs on the CPU: the session model says so. Here: a GPU claimed, onnxruntime-gpu
+    without CUDA's libraries (as on every machine without a GPU)."""
+    import onnxruntime as ort
+
+    from triton_sam.gpu import cuda_device_count
+
+    if cuda_device_count():
+        pytest.skip("a real GPU: ONNX Runtime may find its libraries")
+    assert "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu, as installed on Linux
+    monkeypatch.setattr(python_model, "_has_cuda_device", lambda: True)
+    _Logger.warnings.clear()
+    model = _session_model(python_model, synthetic_repository, "off")
+    assert model.decoder.get_providers() == ["CPUExecutionProvider"] and not model.batch_decodes
+    assert len(_Logger.warnings) == 2 and all("could not load its CUDA libraries" in w for w in _Logger.warnings)
+    assert TINY.encoder_name in _Logger.warnings[0] and TINY.decoder_name in _Logger.warnings[1]
+
+
 def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthetic_repository):
     model = _session_model(python_model, synthetic_repository, "on")
     (response,) = model.run([_Request(image=np.zeros((1, 8, 8, 2), np.uint8))])

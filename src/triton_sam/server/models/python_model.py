@@ -103,13 +103,23 @@ def _has_cuda_device() -> bool:
 
 
 def _ort_session(path: Path) -> "ort.InferenceSession":
-    """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs errors)."""
+    """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs
+    errors). ONNX Runtime falls back to the CPU when it cannot load its CUDA libraries (CUDA and
+    cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log."""
     providers = ["CPUExecutionProvider"]
     if "CUDAExecutionProvider" in ort.get_available_providers() and _has_cuda_device():
+        if hasattr(ort, "preload_dlls"):
+            ort.preload_dlls()  # from pip's nvidia-* packages, where installed
         providers.insert(0, "CUDAExecutionProvider")
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=providers)
+    session = ort.InferenceSession(str(path), options, providers=providers)
+    if providers[0] not in session.get_providers():
+        pb_utils.Logger.log_warn(
+            f"{path}: this machine has a GPU, but ONNX Runtime {ort.__version__} could not load its CUDA "
+            "libraries (the CUDA and cuDNN versions it was built for): running on the CPU"
+        )
+    return session
 
 
 def content_signature(image: np.ndarray, model_id: str) -> str:
