@@ -26,7 +26,7 @@ from triton_sam.contract import ENCODE_BATCH_PARAMETER
 from triton_sam.errors import ServerUnavailableError, TritonSamError
 from triton_sam.export.triton_config import encoder_config
 from triton_sam.registry import get_model
-from triton_sam.server.local import LocalTritonServer, find_server_python, serving_repository
+from triton_sam.server.local import LocalTritonServer, find_server_python, server_packages, serving_repository
 
 TINY = get_model("sam2.1_hiera_tiny")
 
@@ -83,6 +83,20 @@ def test_a_missing_server_environment_says_how_to_create_one(monkeypatch, tmp_pa
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(TritonSamError, match="triton-sam server-env"):
         find_server_python()
+
+
+def test_on_a_gpu_the_server_environment_also_gets_onnx_runtimes_cuda_libraries():
+    """Without the CUDA and cuDNN of its build ONNX Runtime runs the session models on the CPU: on a
+    GPU machine `server-env` asks pip for them through extras onnxruntime-gpu really has."""
+    from importlib.metadata import metadata
+
+    from packaging.requirements import Requirement
+
+    plain, gpu = ([Requirement(p) for p in server_packages(g)] for g in (False, True))
+    assert [r.name for r in gpu] == [r.name for r in plain] and [r.specifier for r in gpu] == [r.specifier for r in plain]
+    (runtime,) = (r for r in gpu if r.name == "onnxruntime-gpu")
+    assert runtime.extras == {"cuda", "cudnn"} <= set(metadata("onnxruntime-gpu").get_all("Provides-Extra"))
+    assert all(not r.extras for r in plain)
 
 
 def test_a_port_in_use_is_refused_before_starting(synthetic_server, synthetic_repository):

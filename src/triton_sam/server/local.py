@@ -35,7 +35,6 @@ from ..repository import read_metadata
 from .models import python_model_source
 
 ENV_SERVER_PYTHON = "TRITON_SAM_SERVER_PYTHON"
-SERVER_PACKAGES = ("nvidia-pytriton==0.7.0", "numpy<2", "onnxruntime-gpu==1.31.1")
 CONFIG_FILE = "config.pbtxt"
 RESTRICTED_PROTOCOLS = (
     "health",
@@ -48,6 +47,15 @@ RESTRICTED_PROTOCOLS = (
     "trace",
     "logging",
 )
+
+
+def server_packages(gpu: bool) -> list[str]:
+    """What the server environment installs. On a GPU machine ONNX Runtime also needs the CUDA and
+    cuDNN of its build (without them it runs on the CPU); its extras bring them from pip."""
+    return ["nvidia-pytriton==0.7.0", "numpy<2", f"onnxruntime-gpu{'[cuda,cudnn]' if gpu else ''}==1.31.1"]
+
+
+SERVER_PACKAGES = tuple(server_packages(gpu=False))
 
 
 def default_server_env() -> Path:
@@ -77,7 +85,8 @@ def create_server_env(path: Path | None = None, progress=print) -> Path:
     progress(f"Creating the Triton server environment in {path} ...")
     venv.EnvBuilder(with_pip=True, clear=True).create(path)
     python = path / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *SERVER_PACKAGES], check=True)
+    packages = server_packages(gpu=cuda_device_count() > 0)
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
     return python
 
 
