@@ -194,7 +194,7 @@ def test_propagation_reads_each_plane_once_and_the_next_while_one_is_tracked(exp
 
 def test_through_a_server_that_encodes_planes_together_they_go_there_that_many_at_a_time(request, monkeypatch):
     """Propagating through a server that encodes several images in one run (a GPU server's
-    `encode_batch`), the planes to track go there that many to a request; the
+    `encode_batch`), the planes to track go there that many to a request, each plane once; the
     masks are those of planes sent one by one."""
     require_export_extra()
     volume = bench_volume(7, (64, 80))
@@ -212,7 +212,7 @@ def test_through_a_server_that_encodes_planes_together_they_go_there_that_many_a
             state = ours.init_state(volume)
             ours.add_new_points_or_box(state, 0, 1, points=[[20, 20]], labels=[1])
             masks[together] = {frame: logits > 0 for frame, _, logits in ours.propagate_in_video(state)}
-    assert batches == [1, 1, 3, 3]  # plane 0 for its prompt, then for its memory; planes 1-3 and 4-6
+    assert batches == [1, 3, 3]  # plane 0 once (its prompt and its memory: cached), then planes 1-3 and 4-6
     assert sorted(masks[True]) == list(range(7))
     for frame, mask in masks[False].items():
         np.testing.assert_array_equal(masks[True][frame], mask)

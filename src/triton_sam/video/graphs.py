@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
+from ..engines import ImageFeatures
 from ..engines.local import LocalEngine, prompt_feeds
 from ..engines.providers import TENSORRT
 from ..engines.triton import TritonEngine, prompt_arrays
@@ -37,7 +38,29 @@ class TrackingOutput:
     obj_ptr: np.ndarray  # [1, 4, C]: single-mask token's pointer, then the multimask tokens'
 
 
-class LocalVideo:
+class _CachedPlanes:
+    """Planes encoded through a feature cache (each once while cached, keyed by content),
+    `encode_batch` at a time where the engine encodes several together."""
+
+    cache: FeatureCache
+
+    @property
+    def encode_batch(self) -> int:
+        """How many planes `planes` should be given at once (see `Engine.encode_batch`)."""
+        return self.cache.engine.encode_batch
+
+    def plane(self, model_input: np.ndarray):
+        return self.planes([model_input])[0]
+
+    def planes(self, model_inputs: list[np.ndarray]) -> list:
+        return [self._plane(features) for features in self.cache.features_many(model_inputs)]
+
+    def _plane(self, features: ImageFeatures):
+        """A plane as the video graphs take it."""
+        return features
+
+
+class LocalVideo(_CachedPlanes):
     """Planes encoded by a local engine (features cached by content), video graphs in this process."""
 
     def __init__(self, cache: FeatureCache, *, intra_op_threads: int = 0) -> None:
@@ -62,16 +85,8 @@ class LocalVideo:
         self.graphs = triton_sam_video.VideoGraphs(directory, open_session)
         self.settings = VideoSettings.from_dict(self.graphs.settings)
 
-    def plane(self, model_input: np.ndarray) -> dict[str, np.ndarray]:
-        return self.planes([model_input])[0]
-
-    @property
-    def encode_batch(self) -> int:
-        """How many planes `planes` should be given at once (see `Engine.encode_batch`)."""
-        return self.cache.engine.encode_batch
-
-    def planes(self, model_inputs: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
-        return [features.host_arrays() for features in self.cache.features_many(model_inputs)]
+    def _plane(self, features: ImageFeatures) -> dict[str, np.ndarray]:
+        return features.host_arrays()
 
     def track(self, plane: dict, inputs: MemoryInputs | None, request: DecodeRequest) -> TrackingOutput:
         prompts = prompt_feeds(request, self.graphs.low_res)
@@ -87,16 +102,20 @@ class LocalVideo:
         return self.graphs.mask_as_output(plane, mask)
 
 
-class TritonVideo:
+class TritonVideo(_CachedPlanes):
     """Planes and mask memories kept by a Triton server's session model; tracking runs there.
 
-    A plane is the engine's features (a handle, re-encoded if the server lost it); a memory is the
-    handle of a mask memory kept on the server (1 MiB each for SAM2.1), so a plane sends only
-    prompts, handles and object pointers, and gets back low-res masks.
+    A plane is the engine's features (a handle, re-encoded if the server lost it; `cache` is a
+    Triton engine's, so a plane cached there is not sent again); a memory is the handle of a mask
+    memory kept on the server (1 MiB each for SAM2.1), so a plane sends only prompts, handles and
+    object pointers, and gets back low-res masks.
     """
 
-    def __init__(self, engine: TritonEngine) -> None:
-        self.engine = engine
+    def __init__(self, cache: FeatureCache) -> None:
+        engine = cache.engine
+        if not isinstance(engine, TritonEngine):
+            raise TypeError("TritonVideo needs a Triton engine's feature cache")
+        self.cache, self.engine = cache, engine
         config = engine.client.session_config(engine.spec)
         settings = config.get("parameters", {}).get(contract.VIDEO_SETTINGS_PARAMETER, {}).get("string_value")
         if not settings:
@@ -105,17 +124,6 @@ class TritonVideo:
                 "with this triton-sam and restart the server."
             )
         self.settings = VideoSettings.from_dict(json.loads(settings))
-
-    def plane(self, model_input: np.ndarray):
-        return self.planes([model_input])[0]
-
-    @property
-    def encode_batch(self) -> int:
-        """How many planes `planes` should be given at once: what the server encodes together."""
-        return self.engine.encode_batch
-
-    def planes(self, model_inputs: list[np.ndarray]) -> list:
-        return self.engine.encode_many(model_inputs)
 
     def track(self, plane, inputs: MemoryInputs | None, request: DecodeRequest) -> TrackingOutput:
         size = self.engine.spec.feature_shapes["image_embed"][0]

@@ -96,7 +96,7 @@ class VolumePredictor(EngineOwner):
             self.engine = create_engine(self.spec, backend, model_repository, **engine_options)
             self.cache = FeatureCache(self.engine, max_mb=cache_mb)
         try:
-            self.video = TritonVideo(self.engine) if isinstance(self.engine, TritonEngine) else LocalVideo(self.cache)
+            self.video = TritonVideo(self.cache) if isinstance(self.engine, TritonEngine) else LocalVideo(self.cache)
         except Exception:
             self.close()
             raise
