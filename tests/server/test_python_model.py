@@ -69,24 +69,39 @@ def _stub_backend_utils() -> types.ModuleType:
     return stub
 
 
-@pytest.fixture(scope="module")
-def python_model():
+def _load_python_model() -> types.ModuleType:
+    """python_model.py loaded as Triton loads it (with the stand-in for its utilities in place)."""
     from triton_sam.server import models
 
+    path = models.__path__[0] + "/python_model.py"
+    loader = importlib.util.spec_from_file_location("triton_sam_python_model_under_test", path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def backend_utils():
     stub = _stub_backend_utils()
     saved = sys.modules.get(stub.__name__)
     sys.modules[stub.__name__] = stub
-    try:
-        path = models.__path__[0] + "/python_model.py"
-        loader = importlib.util.spec_from_file_location("triton_sam_python_model_under_test", path)
-        module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
-        yield module
-    finally:
-        if saved is None:
-            del sys.modules[stub.__name__]
-        else:
-            sys.modules[stub.__name__] = saved
+    yield stub
+    if saved is None:
+        del sys.modules[stub.__name__]
+    else:
+        sys.modules[stub.__name__] = saved
+
+
+@pytest.fixture(scope="module")
+def python_model(backend_utils):
+    return _load_python_model()
+
+
+def test_a_server_environment_without_onnx_runtime_says_where_the_backend_looked(backend_utils, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not importable
+    with pytest.raises(ImportError, match="install numpy<2 and onnxruntime-gpu where it looks") as raised:
+        _load_python_model()
+    assert str(sys.path) in str(raised.value) and "onnxruntime" in str(raised.value)
 
 
 class _NoCounts:

@@ -44,9 +44,17 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-import onnxruntime as ort
 import triton_python_backend_utils as pb_utils
+
+try:
+    import numpy as np
+    import onnxruntime as ort
+except ImportError as error:  # said in Triton's log when the model fails to load
+    raise ImportError(
+        f"{error}. Triton's python backend runs {sys.executable or 'its stub'} (prefix {sys.prefix}), which looks "
+        f"for packages in {sys.path}: install numpy<2 and onnxruntime-gpu where it looks (`triton-sam server-env` "
+        "makes such an environment; `triton-sam serve --server-python` names one)."
+    ) from error
 
 # Copies of names in triton_sam.contract (this file runs alone in Triton; a test compares them).
 UNKNOWN_HANDLE = "UNKNOWN_HANDLE"
