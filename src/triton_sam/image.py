@@ -186,20 +186,15 @@ class ReadAhead:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="triton-sam-read-ahead")
         self._reads: dict[Hashable, Future] = {}
 
-    def start(self, key: Hashable | None) -> None:
-        """Begin reading `key` (nothing for None, or one being read)."""
-        if key is not None and key not in self._reads:
+    def start(self, key: Hashable) -> None:
+        """Begin reading `key` (unless it is being read)."""
+        if key not in self._reads:
             self._reads[key] = self._pool.submit(self._read, key)
 
     def take(self, key: Hashable) -> np.ndarray:
         """What `key` reads: read ahead (waiting for the read to finish), or read now."""
         read = self._reads.pop(key, None)
         return self._read(key) if read is None else read.result()
-
-    def take_in_order(self, keys: Sequence[Hashable], index: int) -> np.ndarray:
-        """What `keys[index]` reads, the read of the key after it begun first."""
-        self.start(keys[index + 1] if index + 1 < len(keys) else None)
-        return self.take(keys[index])
 
     def in_batches(self, keys: Sequence[Hashable], size: int) -> Iterator[tuple[Sequence[Hashable], list[np.ndarray]]]:
         """`keys` `size` at a time, each batch with what it reads, the next batch's reads begun first."""
