@@ -173,7 +173,8 @@ class FeatureCache:
         try:
             made = {key: self._load(key) for key in model_inputs}
             new = [key for key, features in made.items() if features is None]
-            for key, features in zip(new, self.engine.encode_many([model_inputs[k] for k in new]) if new else []):
+            encoded = self.engine.encode_many([model_inputs[key] for key in new]) if new else []
+            for key, features in zip(new, encoded, strict=True):
                 self._save(key, features)
                 made[key] = features
             with self._lock:

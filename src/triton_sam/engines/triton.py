@@ -349,7 +349,7 @@ class TritonEngine(Engine):
                 features += [self.encode(image) for image in batch]
                 continue
             handles = self._encode(np.stack(batch))
-            features += [ImageFeatures(handle=h, model_input=image) for h, image in zip(handles, batch)]
+            features += [ImageFeatures(handle=h, model_input=image) for h, image in zip(handles, batch, strict=True)]
         return features
 
     def _encode(self, images: np.ndarray) -> list[str]:
