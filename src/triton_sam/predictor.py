@@ -8,6 +8,7 @@ from typing import Self
 import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
+from .errors import InvalidInputError
 from .image import ContrastLimits, encoder_input
 from .prompts import model_request
 from .registry import DEFAULT_MODEL, get_model
@@ -51,7 +52,8 @@ class Predictor(EngineOwner):
 
     Mirrors `sam2.sam2_image_predictor.SAM2ImagePredictor`: coordinates are (x, y) in original
     image pixels; `predict` returns `(masks, scores, low_res_logits)` with the official shapes.
-    Masks are boolean (float logits with `return_logits=True`).
+    Masks are boolean (float logits with `return_logits=True`). `set_image_batch` and
+    `predict_batch` do the same for several images (encoded together where the engine can).
     """
 
     def __init__(
@@ -67,29 +69,38 @@ class Predictor(EngineOwner):
         self.spec = get_model(model)
         self.engine = engine or create_engine(self.spec, backend, model_repository, **engine_options)
         self.mask_threshold = mask_threshold
-        self._features: ImageFeatures | None = None
-        self._orig_hw: tuple[int, int] | None = None
+        self._images: list[tuple[ImageFeatures, tuple[int, int]]] = []  # features and (H, W) of each image set
+        self._is_batch = False
 
     @property
     def is_image_set(self) -> bool:
-        return self._features is not None
+        return bool(self._images)
 
     @property
     def original_size(self) -> tuple[int, int] | None:
-        """(H, W) of the image that was set."""
-        return self._orig_hw
+        """(H, W) of the image that was set (of a batch: the last, which `predict` uses, as the official one does)."""
+        return self._images[-1][1] if self._images else None
 
     def set_image(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Encode `image` (HxW or HxWx3/4; uint8 as is, other dtypes scaled from `contrast_limits`)."""
         features = self.engine.encode(encoder_input(image, self.spec, contrast_limits))
-        self._features, self._orig_hw = features, image.shape[:2]
+        self._images, self._is_batch = [(features, tuple(image.shape[:2]))], False
+
+    def set_image_batch(self, image_list: list[np.ndarray], contrast_limits: ContrastLimits | None = None) -> None:
+        """Encode several images for `predict_batch`, as `SAM2ImagePredictor.set_image_batch` does:
+        together where the engine encodes several at once (a GPU server), else one by one."""
+        if not isinstance(image_list, list) or not image_list:
+            raise InvalidInputError("set_image_batch takes a list of one or more images.")
+        inputs = [encoder_input(image, self.spec, contrast_limits) for image in image_list]
+        sizes = [tuple(image.shape[:2]) for image in image_list]
+        self._images, self._is_batch = list(zip(self.engine.encode_many(inputs), sizes, strict=True)), True
 
     def get_image_embedding(self) -> ImageFeatures:
         self._require_image()
-        return self._features
+        return self._images[-1][0]
 
     def reset_predictor(self) -> None:
-        self._features, self._orig_hw = None, None
+        self._images, self._is_batch = [], False
 
     def predict(
         self,
@@ -104,9 +115,51 @@ class Predictor(EngineOwner):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Masks for the prompts: [C, H, W] for one prompt set, [B, C, H, W] for a batch."""
         self._require_image()
+        prompts = (point_coords, point_labels, box, mask_input)
+        return self._predict(self._images[-1], *prompts, multimask_output, return_logits, normalize_coords, cancel)
+
+    def predict_batch(
+        self,
+        point_coords_batch: list | None = None,
+        point_labels_batch: list | None = None,
+        box_batch: list | None = None,
+        mask_input_batch: list | None = None,
+        multimask_output: bool = True,
+        return_logits: bool = False,
+        normalize_coords: bool = True,
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """`predict` on each image of `set_image_batch` with its own prompts (item i of each list,
+        which holds one item per image or is None); lists of masks, scores and low-res logits."""
+        if not self._is_batch:
+            raise RuntimeError("predict_batch needs images set with .set_image_batch(...).")
+        batches = (point_coords_batch, point_labels_batch, box_batch, mask_input_batch)
+        if any(batch is not None and len(batch) != len(self._images) for batch in batches):
+            raise InvalidInputError(f"Give each prompt list one item per image ({len(self._images)}).")
+        results = [
+            self._predict(
+                image, *(None if b is None else b[i] for b in batches), multimask_output, return_logits, normalize_coords
+            )
+            for i, image in enumerate(self._images)
+        ]
+        return tuple(list(outputs) for outputs in zip(*results))
+
+    def _predict(
+        self,
+        image: tuple[ImageFeatures, tuple[int, int]],
+        point_coords: np.ndarray | None,
+        point_labels: np.ndarray | None,
+        box: np.ndarray | None,
+        mask_input: np.ndarray | None,
+        multimask_output: bool,
+        return_logits: bool,
+        normalize_coords: bool,
+        cancel: CancelToken | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`predict` on one image set (its features and size)."""
+        features, size = image
         request = model_request(
             self.spec,
-            self._orig_hw,
+            size,
             point_coords=point_coords,
             point_labels=point_labels,
             box=box,
@@ -114,12 +167,12 @@ class Predictor(EngineOwner):
             normalize_coords=normalize_coords,
         )
         masks, scores, low_res = decode_masks(
-            self.engine, self._features, request, self._orig_hw, multimask_output, return_logits, self.mask_threshold, cancel
+            self.engine, features, request, size, multimask_output, return_logits, self.mask_threshold, cancel
         )
         if request.batch_size == 1:
             return masks[0], scores[0], low_res[0]
         return masks, scores, low_res
 
     def _require_image(self) -> None:
-        if self._features is None:
+        if not self._images:
             raise RuntimeError("An image must be set with .set_image(...) before mask prediction.")

@@ -19,6 +19,7 @@ import pytest
 from conftest import PARITY_SEED, require_export_extra
 from triton_sam import Predictor
 from triton_sam.bench.parity import mask_iou, parity_images, prompt_sets, rgb
+from triton_sam.errors import InvalidInputError
 from triton_sam.registry import get_model
 
 pytestmark = pytest.mark.parity
@@ -160,3 +161,33 @@ def test_exported_encoder_batches_like_triton_dynamic_batching_needs(model_id, e
     for b, s in zip(batched, single):
         assert b.shape[0] == 2
         np.testing.assert_allclose(b[1:], s, atol=1e-4)
+
+
+def test_a_batch_of_images_gives_what_the_official_set_image_batch_and_predict_batch_give(exported_repository):
+    """`set_image_batch` / `predict_batch` as `SAM2ImagePredictor`'s: each image with its own
+    prompts (a point; a box), grayscale and RGB of different sizes in one batch."""
+    require_export_extra()
+    import torch
+
+    from triton_sam.bench.fixtures import official_predictor
+
+    torch.set_grad_enabled(False)
+    model_id = "sam2.1_hiera_tiny"
+    images = [parity_images()[name] for name in ("rgb_777x1311", "gray_coins")]
+    (h0, w0), (h1, w1) = (image.shape[:2] for image in images)
+    points = [np.array([[w0 * 0.4, h0 * 0.3]], np.float32), None]
+    labels = [np.array([1], np.int32), None]
+    boxes = [None, np.array([w1 * 0.2, h1 * 0.25, w1 * 0.7, h1 * 0.8], np.float32)]
+    reference = official_predictor(model_id, PARITY_SEED)
+    reference.set_image_batch([rgb(image) for image in images])
+    expected = reference.predict_batch(points, labels, box_batch=boxes)
+    with Predictor(model_id, model_repository=exported_repository(model_id)) as ours:
+        with pytest.raises(RuntimeError, match="set_image_batch"):
+            ours.predict_batch(points, labels, box_batch=boxes)
+        ours.set_image_batch(images)
+        assert ours.original_size == (h1, w1)  # the last image's, as `predict` uses it
+        got = ours.predict_batch(points, labels, box_batch=boxes)
+        for number in range(2):
+            _assert_same([out[number] for out in expected], [out[number] for out in got], f"image {number}")
+        with pytest.raises(InvalidInputError, match="one item per image"):
+            ours.predict_batch(points[:1], labels[:1])
