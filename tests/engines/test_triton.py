@@ -21,6 +21,7 @@ from triton_sam.engines.triton import SAFE_CANCEL_VERSION, TritonClient, TritonE
 from triton_sam.errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from triton_sam.export import write_session_model
 from triton_sam.export.triton_config import SESSION_LOGITS_CACHE_SIZE
+from triton_sam.features import content_signature
 from triton_sam.image import encoder_input
 from triton_sam.predictor import Predictor
 from triton_sam.prompts import build_request, model_request
@@ -388,6 +389,20 @@ def test_a_server_that_encodes_tiles_together_gets_them_together_and_they_decode
             for predictor in (batched, one_by_one):
                 for ours, theirs in zip(predictor.predict(point_coords=[point], point_labels=[1]), expected):
                     np.testing.assert_array_equal(ours, theirs)
+
+
+def test_images_of_one_shape_go_together_whatever_their_order(synthetic_batching_server):
+    """`encode_many` groups images by shape (a server encodes only one shape at once): two of one
+    shape around one of another are two requests, and each image keeps its own handle, in order."""
+    engine = TritonEngine(TINY, TritonConnection(synthetic_batching_server.grpc_url))
+    rng = np.random.default_rng(5)
+    images = [rng.integers(0, 256, shape, np.uint8) for shape in ((300, 400, 3), (200, 250, 3), (300, 400, 3))]
+    before = _settled_requests(synthetic_batching_server, TINY.session_name)
+    features = engine.encode_many(images)
+    assert _delta(before, _settled_requests(synthetic_batching_server, TINY.session_name)) == {"encoded": 2}
+    assert [f.handle for f in features] == [content_signature(image, TINY.model_id) for image in images]
+    assert all(f.model_input is image for f, image in zip(features, images))
+    engine.close()
 
 
 def _settled_requests(server, model: str) -> dict[str, int]:

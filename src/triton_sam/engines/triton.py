@@ -341,15 +341,21 @@ class TritonEngine(Engine):
         return ImageFeatures(handle=self._encode(image[None])[0], model_input=image)
 
     def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
-        """Images of one shape go `encode_batch` to a request: the server encodes them together."""
-        features = []
-        for start in range(0, len(images), self.encode_batch):
-            batch = images[start : start + self.encode_batch]
-            if len(batch) == 1 or len({image.shape for image in batch}) > 1:
-                features += [self.encode(image) for image in batch]
-                continue
-            handles = self._encode(np.stack(batch))
-            features += [ImageFeatures(handle=h, model_input=image) for h, image in zip(handles, batch, strict=True)]
+        """Images of one shape go `encode_batch` to a request (the server encodes them together);
+        the features come in the order of `images`."""
+        features: list = [None] * len(images)
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for index, image in enumerate(images):
+            by_shape.setdefault(image.shape, []).append(index)
+        for indices in by_shape.values():
+            for start in range(0, len(indices), self.encode_batch):
+                batch = indices[start : start + self.encode_batch]
+                if len(batch) == 1:
+                    features[batch[0]] = self.encode(images[batch[0]])
+                    continue
+                handles = self._encode(np.stack([images[i] for i in batch]))
+                for index, handle in zip(batch, handles, strict=True):
+                    features[index] = ImageFeatures(handle=handle, model_input=images[index])
         return features
 
     def _encode(self, images: np.ndarray) -> list[str]:
