@@ -47,6 +47,21 @@ def test_tiles_find_objects_inside_and_across_tile_borders_whole_on_the_plane(sy
     assert {m.crop_box for m in found} <= set(crops)
 
 
+def test_tiles_go_together_to_an_engine_that_encodes_several_at_once_and_find_the_same(synthetic_repository, monkeypatch):
+    """Where the engine encodes several images at once (a GPU server's `encode_batch`), the crops
+    go to it that many together; what is found does not change."""
+    plane = disk_image(H, W, DISKS)
+    crops = [(t.x0, t.y0, t.x1, t.y1) for t in tile_grid((H, W), 1024)]
+    with AutomaticMaskGenerator(model_repository=synthetic_repository, points_per_side=8) as generator:
+        expected = generator.find(plane, crops=crops)
+        batches, encode_many = [], generator.engine.encode_many
+        monkeypatch.setattr(generator.engine, "encode_batch", 2, raising=False)
+        monkeypatch.setattr(generator.engine, "encode_many", lambda images: batches.append(len(images)) or encode_many(images))
+        found = generator.find(plane, crops=crops)
+    assert len(crops) == 4 and batches == [2, 2] and expected
+    assert [(m.box, m.predicted_iou, m.point) for m in found] == [(m.box, m.predicted_iou, m.point) for m in expected]
+
+
 def test_small_holes_and_islands_are_cleaned_within_each_masks_box():
     mask = np.zeros((50, 60), bool)
     mask[10:30, 20:45] = True

@@ -138,8 +138,11 @@ class AutomaticMaskGenerator(EngineOwner):
         counter = _Counter(self.batches(image_hw, crops), progress)
         crops = self._crops(image_hw, crops)
         found: list[FoundMask] = []
-        for crop, layer in crops:
-            found += self._crop(image, contrast_limits, crop, self.point_grids[layer], counter, cancel)
+        for start in range(0, len(crops), self.engine.encode_batch):  # crops encoded together where the engine can
+            group = crops[start : start + self.engine.encode_batch]
+            features = self._encode([self._crop_input(image, contrast_limits, crop) for crop, _ in group])
+            for (crop, layer), crop_features in zip(group, features, strict=True):
+                found += self._crop(crop_features, image.shape[:2], crop, self.point_grids[layer], counter, cancel)
         if len(crops) > 1:
             areas = box_area(np.array([m.crop_box for m in found], np.int64).reshape(-1, 4))
             found = nms(found, (1 / areas).astype(np.float32), self.crop_nms_thresh)
@@ -148,19 +151,26 @@ class AutomaticMaskGenerator(EngineOwner):
             found = clean_small_regions(found, image_hw, self.min_mask_region_area, threshold)
         return found
 
-    def _crop(self, image, contrast_limits, crop, grid, counter, cancel) -> list[FoundMask]:
-        """The masks found in one crop, duplicates removed, in image coordinates."""
+    def _crop_input(self, image, contrast_limits: ContrastLimits | None, crop: Crop) -> np.ndarray:
+        """The encoder input of one crop of `image` (only the crop is read)."""
+        x0, y0, x1, y1 = crop
+        return encoder_input(np.asarray(image[y0:y1, x0:x1]), self.spec, contrast_limits)
+
+    def _encode(self, model_inputs: list[np.ndarray]) -> list[ImageFeatures]:
+        """Features of crops' encoder inputs: from the cache where one was given."""
+        return self.cache.features_many(model_inputs) if self.cache is not None else self.engine.encode_many(model_inputs)
+
+    def _crop(self, features: ImageFeatures, image_hw, crop, grid, counter, cancel) -> list[FoundMask]:
+        """The masks found in one crop (encoded as `features`), duplicates removed, in image coordinates."""
         x0, y0, x1, y1 = crop
         crop_hw = (y1 - y0, x1 - x0)
-        model_input = encoder_input(np.asarray(image[y0:y1, x0:x1]), self.spec, contrast_limits)
-        features = self.cache.features(model_input) if self.cache is not None else self.engine.encode(model_input)
         points = grid * np.array(crop_hw[::-1], np.float64)
         if not self.sam1:
             points = points.astype(np.float32)  # as SAM2's generator holds (and reports) them
         found: list[FoundMask] = []
         for start in range(0, len(points), self.points_per_batch):
             _check(cancel)
-            found += self._batch(features, points[start : start + self.points_per_batch], crop, image.shape[:2], cancel)
+            found += self._batch(features, points[start : start + self.points_per_batch], crop, image_hw, cancel)
             counter.step()
         return nms(found, np.array([m.predicted_iou for m in found], np.float32), self.box_nms_thresh)
 
