@@ -384,9 +384,6 @@ class InteractiveSession:
 
     def _tiles_features(self, plane: _Plane, tiles: list[Tile], model_inputs: list[np.ndarray]) -> None:
         """Encode `tiles` (read as `model_inputs`) into the cache, together where the engine can."""
-        if len(tiles) == 1:
-            self._tile_features(plane, tiles[0], model_inputs[0])
-            return
         keys = [self.cache.signature(model_input) for model_input in model_inputs]
         self.cache.features_many(model_inputs, keys)
         with self._lock:
