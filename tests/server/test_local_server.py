@@ -15,6 +15,7 @@ import urllib.request
 import numpy as np
 import psutil
 import pytest
+import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
@@ -223,6 +224,43 @@ def test_a_partially_exported_repository_still_serves_what_is_there(tmp_path):
             masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
         assert masks[1][100, 100]
         assert f"failed to load '{large.encoder_name}'" in server.log_tail(400)
+
+
+PROBE_CONFIG = """
+name: "path_probe"
+backend: "python"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def test_the_models_import_what_the_server_python_imports_through_pythonpath(tmp_path, monkeypatch):
+    """As on the GPU machine, where packages go in with `pip install --target` and PYTHONPATH: Triton's
+    python backend stub runs its interpreter isolated (PYTHONPATH ignored), so the models could not
+    import them ("No module named onnxruntime"). Here the server runs on the base interpreter of the
+    server environment with its packages, and a module a probe model needs, on PYTHONPATH only."""
+    server_python = require_server_env()
+    query = "import sys, sysconfig; print(sys._base_executable); print(sysconfig.get_path('purelib'))"
+    base, site = subprocess.run([server_python, "-c", query], capture_output=True, text=True, check=True).stdout.split()
+    marker = tmp_path / "on_pythonpath"
+    marker.mkdir()
+    (marker / "stub_path_marker.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", f"{marker}{os.pathsep}{site}")
+    repository = write_repository(TINY, tmp_path / "repo")
+    (repository / "path_probe" / "1").mkdir(parents=True)
+    (repository / "path_probe" / "config.pbtxt").write_text(PROBE_CONFIG)
+    (repository / "path_probe" / "1" / "model.py").write_text(
+        "import stub_path_marker  # noqa: F401\n\nclass TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+    )
+    with LocalTritonServer(repository, server_python=base, **loopback_ports()) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        assert client.is_model_ready("path_probe"), server.log_tail(80)
+        client.close()
+        with Predictor(backend="triton", url=server.grpc_url) as predictor:
+            predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
+            masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
+        assert masks[1][100, 100]
 
 
 def _self_signed(tmp_path):

@@ -4,9 +4,9 @@ Run as a script by that environment's interpreter (`triton-sam serve` does this)
 nothing from triton-sam, so the server environment needs only nvidia-pytriton, numpy<2 and
 onnxruntime. It assembles a backend directory with the python backend stub built for this
 interpreter, puts this interpreter's libpython first on LD_LIBRARY_PATH (the stub otherwise picks
-up a system libpython of another build and fails in model initialisation) and this environment's
-bin/ first on PATH (so the stub's interpreter finds this environment's packages), then replaces
-itself with `tritonserver`.
+up a system libpython of another build and fails in model initialisation) and a `python3` that
+sees this interpreter's packages first on PATH (see `stub_interpreter`), then replaces itself with
+`tritonserver`.
 """
 
 from __future__ import annotations
@@ -45,11 +45,35 @@ def prepare_backends(dist: Path, workdir: Path) -> Path:
     return backends
 
 
-def server_environment(libs: Path) -> dict[str, str]:
+def stub_interpreter(workdir: Path) -> Path:
+    """A bin/ folder whose `python3` gives the stub this interpreter's import path; returns the folder.
+
+    The stub embeds Python in isolated mode (PYTHONPATH and the user's site-packages are ignored) and
+    takes its prefix from the `python3` it finds on PATH. So packages that reach this interpreter only
+    through PYTHONPATH (`pip install --target`) or the user site were missing in the models
+    ("No module named ..."). A virtual environment over this interpreter's base, whose .pth file lists
+    this interpreter's sys.path, makes the stub import exactly what this interpreter imports.
+    """
+    env = workdir / "stub-python"
+    if env.exists():
+        shutil.rmtree(env)
+    base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    site = env / "lib" / f"python{version}" / "site-packages"
+    site.mkdir(parents=True)
+    (env / "bin").mkdir()
+    (env / "bin" / "python3").symlink_to(base)
+    (env / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\nversion = {version}\n")
+    paths = [os.path.abspath(p) for p in sys.path[1:] if p and Path(p).exists()]  # [0]: this script's folder
+    (site / "server-environment.pth").write_text("".join(f"{p}\n" for p in paths))
+    return env / "bin"
+
+
+def server_environment(libs: Path, stub_bin: Path) -> dict[str, str]:
     env = dict(os.environ)
     library_path = [sysconfig.get_config_var("LIBDIR") or "", str(libs), env.get("LD_LIBRARY_PATH", "")]
     env["LD_LIBRARY_PATH"] = ":".join(p for p in library_path if p)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["PATH"] = f"{stub_bin}:{env.get('PATH', '')}"
     return env
 
 
@@ -83,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         *server_args,
     ]
     sys.stdout.flush()
-    os.execve(command[0], command, server_environment(libs))
+    os.execve(command[0], command, server_environment(libs, stub_interpreter(Path(args.workdir))))
 
 
 if __name__ == "__main__":
