@@ -239,19 +239,24 @@ def test_the_models_import_what_the_server_python_imports_through_pythonpath(tmp
     """As on the GPU machine, where packages go in with `pip install --target` and PYTHONPATH: Triton's
     python backend stub runs its interpreter isolated (PYTHONPATH ignored), so the models could not
     import them ("No module named onnxruntime"). Here the server runs on the base interpreter of the
-    server environment with its packages, and a module a probe model needs, on PYTHONPATH only."""
+    server environment with its packages, and a module a probe model needs, on PYTHONPATH only. CUDA
+    libraries from pip (nvidia/*/lib) found there are on the models' library path, for ONNX Runtime."""
     server_python = require_server_env()
     query = "import sys, sysconfig; print(sys._base_executable); print(sysconfig.get_path('purelib'))"
     base, site = subprocess.run([server_python, "-c", query], capture_output=True, text=True, check=True).stdout.split()
     marker = tmp_path / "on_pythonpath"
     marker.mkdir()
-    (marker / "stub_path_marker.py").write_text("")
+    cuda_libs = marker / "nvidia" / "cu13" / "lib"
+    cuda_libs.mkdir(parents=True)
+    (marker / "stub_path_marker.py").write_text(f"CUDA_LIBS = {str(cuda_libs)!r}\n")
     monkeypatch.setenv("PYTHONPATH", f"{marker}{os.pathsep}{site}")
     repository = write_repository(TINY, tmp_path / "repo")
     (repository / "path_probe" / "1").mkdir(parents=True)
     (repository / "path_probe" / "config.pbtxt").write_text(PROBE_CONFIG)
     (repository / "path_probe" / "1" / "model.py").write_text(
-        "import stub_path_marker  # noqa: F401\n\nclass TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+        "import os\n\nimport stub_path_marker\n\n"
+        "assert stub_path_marker.CUDA_LIBS in os.environ['LD_LIBRARY_PATH'].split(':')\n\n"
+        "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
     )
     with LocalTritonServer(repository, server_python=base, **loopback_ports()) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)

@@ -69,9 +69,24 @@ def stub_interpreter(workdir: Path) -> Path:
     return env / "bin"
 
 
+def cuda_library_dirs(paths: list[str]) -> list[str]:
+    """The lib/ folders of pip's nvidia-* packages (CUDA, cuDNN) among `paths`' packages.
+
+    ONNX Runtime looks for them only beside itself (`preload_dlls`), then by library name: where
+    onnxruntime-gpu and the CUDA libraries (torch's, say) lie in different places, the session models
+    would run on the CPU. On the library path the models' processes find them.
+    """
+    return [str(lib) for path in paths for lib in sorted(Path(path).glob("nvidia/*/lib")) if lib.is_dir()]
+
+
 def server_environment(libs: Path, stub_bin: Path) -> dict[str, str]:
     env = dict(os.environ)
-    library_path = [sysconfig.get_config_var("LIBDIR") or "", str(libs), env.get("LD_LIBRARY_PATH", "")]
+    library_path = [
+        sysconfig.get_config_var("LIBDIR") or "",
+        str(libs),
+        *cuda_library_dirs(sys.path[1:]),
+        env.get("LD_LIBRARY_PATH", ""),
+    ]
     env["LD_LIBRARY_PATH"] = ":".join(p for p in library_path if p)
     env["PATH"] = f"{stub_bin}:{env.get('PATH', '')}"
     return env
