@@ -240,7 +240,8 @@ def test_the_models_import_what_the_server_python_imports_through_pythonpath(tmp
     python backend stub runs its interpreter isolated (PYTHONPATH ignored), so the models could not
     import them ("No module named onnxruntime"). Here the server runs on the base interpreter of the
     server environment with its packages, and a module a probe model needs, on PYTHONPATH only. CUDA
-    libraries from pip (nvidia/*/lib) found there are on the models' library path, for ONNX Runtime."""
+    libraries from pip (nvidia/*/lib) found there are on the models' library path, for ONNX Runtime.
+    pytriton's client packages are not needed (installed with --no-deps): here zmq cannot be imported."""
     server_python = require_server_env()
     query = "import sys, sysconfig; print(sys._base_executable); print(sysconfig.get_path('purelib'))"
     base, site = subprocess.run([server_python, "-c", query], capture_output=True, text=True, check=True).stdout.split()
@@ -249,6 +250,8 @@ def test_the_models_import_what_the_server_python_imports_through_pythonpath(tmp
     cuda_libs = marker / "nvidia" / "cu13" / "lib"
     cuda_libs.mkdir(parents=True)
     (marker / "stub_path_marker.py").write_text(f"CUDA_LIBS = {str(cuda_libs)!r}\n")
+    (marker / "zmq").mkdir()
+    (marker / "zmq" / "__init__.py").write_text("raise ImportError('not installed')\n")
     monkeypatch.setenv("PYTHONPATH", f"{marker}{os.pathsep}{site}")
     repository = write_repository(TINY, tmp_path / "repo")
     (repository / "path_probe" / "1").mkdir(parents=True)

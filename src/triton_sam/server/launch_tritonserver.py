@@ -12,6 +12,7 @@ sees this interpreter's packages first on PATH (see `stub_interpreter`), then re
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import sys
@@ -20,10 +21,14 @@ from pathlib import Path
 
 
 def _pytriton_dirs() -> tuple[Path, Path]:
-    """The tritonserver distribution inside pytriton and its bundled shared libraries."""
-    import pytriton
+    """The tritonserver distribution inside pytriton and its bundled shared libraries.
 
-    package = Path(pytriton.__file__).resolve().parent
+    Found, not imported: importing pytriton needs its client's packages (zmq, tritonclient, ...),
+    which serving a repository does not, so nvidia-pytriton installed without them serves too."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{sys.executable} has no nvidia-pytriton (searched {sys.path})")
+    package = Path(next(iter(spec.submodule_search_locations))).resolve()
     dist = package / "tritonserver"
     libs = package.parent / "nvidia_pytriton.libs"
     if not libs.is_dir():  # editable installs keep them inside the package
