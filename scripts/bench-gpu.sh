@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU figures of BENCHMARKS.md (issue #16). Needs a machine with an NVIDIA GPU where triton-sam
 # runs on onnxruntime-gpu with the export extra (torch, sam2); the `triton` part also needs the
-# server environment (`triton-sam server-env`, or $TRITON_SAM_SERVER_PYTHON).
+# server environment (`triton-sam server-env`, or $TRITON_SAM_SERVER_PYTHON). On a GPU machine without
+# a pip index, scripts/device-kit.sh brings and installs what these need.
 # Usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|all]     (JSON and logs land in OUTDIR;
 #        MODELS="sam2.1_hiera_tiny" picks the models of the local part, HOVER=0 skips its hover run)
 set -uo pipefail
