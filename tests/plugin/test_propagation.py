@@ -20,6 +20,7 @@ from test_widget import click, key, start, world  # noqa: E402
 
 from triton_sam.plugin import layers  # noqa: E402
 from triton_sam.plugin.propagation import stack_axis  # noqa: E402
+from triton_sam.video import VolumePredictor  # noqa: E402
 
 SHAPE = (120, 160)
 OTHER_LABEL = 9
@@ -83,6 +84,38 @@ def test_propagate_tracks_the_plane_s_labels_together_stops_between_planes_and_u
     predictor = weakref.ref(widget._propagation._predictor)  # its own video graphs: gigabytes
     viewer.close()  # napari deletes the panel without closing it, and keeps its Python side
     qtbot.waitUntil(lambda: gc.collect() is not None and predictor() is None, timeout=10000)
+
+
+def test_new_pixels_stop_a_propagation_and_the_next_one_tracks_through_them(qtbot, viewer, exported_repository, monkeypatch):
+    """The image's data replaced (a filter, say) while propagating: the run stops after the plane
+    being tracked and says why; the next run reads the new planes, not the old ones its tracking
+    state held."""
+    volumes, init_state = [], VolumePredictor.init_state
+
+    def recorded(self, volume, **options):
+        volumes.append(volume)
+        return init_state(self, volume, **options)
+
+    monkeypatch.setattr(VolumePredictor, "init_state", recorded)
+    widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 8, [(53, 50)])
+    image = widget.image
+    widget.direction.setCurrentText("Forwards")
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
+    planes = []
+    widget._propagation._worker.yielded.connect(lambda result: planes.append(result[0]))
+    qtbot.waitUntil(lambda: len(planes) >= 1, timeout=120000)
+    filtered = bench_volume(8, SHAPE, seed=1)
+    image.data = filtered
+    qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
+    assert len(planes) <= 2 and "stopped: the image's data changed" in widget.status.toolTip()
+    assert not np.any(objects.data[5:] == 1)  # not reached
+
+    widget.max_planes.setValue(1)
+    qtbot.waitUntil(lambda: widget.ready, timeout=60000)  # the plane on screen encoded anew
+    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
+    assert len(volumes) == 2
+    np.testing.assert_array_equal(np.asarray(volumes[1]), filtered)
 
 
 def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_changes_nothing(qtbot, viewer, synthetic_repository):

@@ -541,8 +541,9 @@ def test_rgb_image_and_ctrl_drag_box(qtbot, viewer, synthetic_repository):
 
 
 def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, viewer, synthetic_repository):
+    """Stopped by the button, or by new pixels (their planes are not the ones it was encoding)."""
     stack = np.stack([disk_image(H, W, [(40 + 10 * i, 80, 30)]) for i in range(40)])
-    viewer.add_image(stack)
+    image = viewer.add_image(stack)
     widget = start(qtbot, viewer, repository=synthetic_repository)
     widget.toggle_encode_all()
     qtbot.waitUntil(lambda: len(widget.session.cache) >= 5, timeout=30000)
@@ -553,6 +554,16 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     widget.toggle_encode_all()  # run to the end this time
     qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=60000)
     assert len(widget.session.cache) == 40
+
+    image.data = np.stack([disk_image(H, W, [(40 + 10 * i, 120, 30)]) for i in range(40)])
+    qtbot.waitUntil(lambda: widget.ready and len(widget.session.cache) == 41, timeout=30000)  # the plane on screen
+    widget.toggle_encode_all()
+    done = []
+    widget._encode_all_worker.yielded.connect(done.append)
+    qtbot.waitUntil(lambda: len(done) >= 3, timeout=30000)
+    image.data = stack  # back to the planes encoded before: the run through the others stops
+    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=30000)
+    assert done[-1] < 40 and widget.encode_all.text() == "Encode all planes"
     widget.close_session()
 
 

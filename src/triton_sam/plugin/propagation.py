@@ -51,6 +51,8 @@ class LabelPropagation:
         self._predictor_for: tuple | None = None
         self._states: dict[tuple, VolumeState] = {}
         self._worker = None
+        self._image: Image | None = None  # the running propagation's
+        self._stopped_because: str | None = None
         self._closing: list[VolumePredictor] = []  # closed when the running propagation ends
         self._history = ExitStack()
 
@@ -117,7 +119,11 @@ class LabelPropagation:
                         "with_labels": [int(other) for other in labels],
                     }
             if not failed:  # an error stays in the status line
-                self._set_status(f"{what.capitalize()} propagated to {len(done)} planes (Ctrl+Z on the objects layer undoes it).")
+                why = f"; stopped: {self._stopped_because}" if self._stopped_because else ""
+                self._set_status(
+                    f"{what.capitalize()} propagated to {len(done)} planes{why} (Ctrl+Z on the objects layer undoes it)."
+                )
+            self._image = self._stopped_because = None
             self._on_finished()
 
         def error(exception: Exception) -> None:
@@ -129,13 +135,22 @@ class LabelPropagation:
         worker.finished.connect(finished)
         self._history = ExitStack()
         self._history.enter_context(objects.block_history())
-        self._worker = worker
+        self._worker, self._image = worker, image
         self._set_status(f"Propagating {what} from plane {frame} ({direction}) ...")
         worker.start()
 
-    def stop(self) -> None:
+    def stop(self, reason: str | None = None) -> None:
+        """End the running propagation after the plane being tracked; `reason` goes in its last status."""
         if self._worker is not None:
+            self._stopped_because = reason
             self._worker.quit()
+
+    def image_changed(self, image: Image) -> None:
+        """`image`'s pixels were replaced: its tracking states hold the old planes, so they go, and a
+        run through it stops (the planes it wrote stay, one undo step)."""
+        self._states = {key: state for key, state in self._states.items() if key[0] != id(image)}
+        if self._image is image:
+            self.stop("the image's data changed")
 
     def close(self) -> None:
         """Stop, and let go of the tracking states and the predictor (once a running plane is done)."""
