@@ -67,6 +67,14 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     qtbot.wait(300)  # progress news still on its way (as once in CI) must not replace the outcome
     assert widget.status.text().startswith("Segment all stopped")
     assert len(_automatic_layers(viewer)) == 1
+
+    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "batches" in widget.status.text(), timeout=30000)
+    image.data = stack[::-1].copy()  # new pixels (a filter, say): its proposals would be for the old ones
+    qtbot.waitUntil(lambda: widget.segment_all.text() == "Segment all", timeout=30000)
+    qtbot.wait(300)
+    assert "Segment all stopped (the image's data changed)" in widget.status.toolTip()
+    assert len(_automatic_layers(viewer)) == 1
     widget.close_session()
 
 

@@ -63,6 +63,7 @@ class AutomaticSegmentation:
         self._set_status = set_status
         self._on_finished = on_finished
         self._cancel: CancelToken | None = None
+        self._stopped_because: str | None = None
 
     @property
     def running(self) -> bool:
@@ -123,14 +124,15 @@ class AutomaticSegmentation:
         def failed(error: Exception) -> None:
             over.append(True)
             if isinstance(error, DecodeCancelled):
-                self._set_status("Segment all stopped: nothing was written.")
+                why = f" ({self._stopped_because})" if self._stopped_because else ""
+                self._set_status(f"Segment all stopped{why}: nothing was written.")
             else:
                 self._set_status(f"Error in Segment all: {error}")
 
         def finished() -> None:
             over.append(True)
             bar.close()
-            self._cancel = None
+            self._cancel = self._stopped_because = None
             self._on_finished()
 
         worker = make_worker(run)
@@ -141,6 +143,8 @@ class AutomaticSegmentation:
         self._set_status(f"Segment all: {where} of {y1 - y0} x {x1 - x0} px ...")
         worker.start()
 
-    def stop(self) -> None:
+    def stop(self, reason: str | None = None) -> None:
+        """Cancel the running Segment all; `reason` goes in its last status."""
         if self._cancel is not None:
+            self._stopped_because = reason
             self._cancel.cancel()

@@ -265,9 +265,10 @@ class TritonSamWidget(SettingsForm):
 
     def _on_data(self, event=None) -> None:
         """The layer's data was replaced (a filter, a plugin): the plane on screen is encoded anew;
-        data of another shape needs Start (the panel's layers have the old one). Encoding all planes
-        and propagating, which read the old planes, stop."""
+        data of another shape needs Start (the panel's layers have the old one). Encoding all planes,
+        propagating and Segment all, which read the old planes, stop."""
         self._propagation.image_changed(self._followed)
+        self._automatic.stop("the image's data changed")
         if self._encode_all_worker is not None:
             self._encode_all_worker.quit()
         if _layout(self._followed) == self._layout:
