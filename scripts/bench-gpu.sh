@@ -27,6 +27,7 @@ if [[ $part != triton ]]; then
         done
     done
     [[ ${HOVER:-1} == 1 ]] && run hover-local "$PYTHON" -m triton_sam.cli bench hover --backends local --duration 30
+    run decoder-probe "$PYTHON" "$(dirname "$0")/gpu-decoder-probe.py"
 fi
 if [[ $part != local ]]; then
     run hover-triton "$PYTHON" -m triton_sam.cli bench hover --backends triton --duration 30

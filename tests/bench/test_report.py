@@ -63,3 +63,26 @@ def test_the_gpu_section_shows_the_triton_benchmarks_run_there(tmp_path):
     assert "### On the GPU: Triton next to the local engine" in section
     assert "### On the GPU: Many annotators on one Triton server" in section
     assert "4 to a request, encoded together by the session model, 12.5 ms a tile" in section and "(0.50x)" in section
+
+
+def test_the_gpu_section_shows_where_predict_s_time_goes_when_probed(tmp_path):
+    """`scripts/gpu-decoder-probe.py`'s output (a CPU run here as stand-in) gets its own table; a
+    variant that could not run says why."""
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    (gpu / "machine.json").write_text((COMMITTED.parents[1] / "gpu-h100" / "machine.json").read_text())
+    probe = {
+        "model": "sam2.1_hiera_tiny",
+        "provider": "CUDAExecutionProvider",
+        "points_with_padding": 1,
+        "median_ms": {"predict": 4.4, "decode": 3.1, "resize": 0.9, "static": 2.0},
+        "p95_ms": {"predict": 4.6, "decode": 3.3, "resize": 1.0, "static": 2.2},
+        "max_abs_logit_diff_vs_decode": {"predict": 0.0, "decode": 0.0, "static": 3.3e-07},
+        "not_run": {"graph": "Fail: not all nodes on CUDA"},
+    }
+    assert "Where `predict`" not in report.gpu_section(gpu)
+    (gpu / "decoder-probe.json").write_text(json.dumps(probe))
+    section = report.gpu_section(gpu)
+    assert "### Where `predict`'s time goes (sam2.1_hiera_tiny, CUDAExecutionProvider" in section
+    assert "| the decoder with batch and point count fixed | 2.0 | 2.2 | 3.3e-07 |" in section
+    assert "| that, replayed as a CUDA graph | could not run | Fail: not all nodes on CUDA |  |" in section

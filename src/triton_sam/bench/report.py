@@ -141,12 +141,42 @@ def gpu_section(directory: Path) -> str:
             f"{trace['duration_s']:.0f} s, {trace['rate_hz']:.0f} Hz trace: event to mask "
             f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n"
         )
+    probe = load.get("decoder-probe")
+    if probe:
+        text.append(_decoder_probe(probe))
     suite = load.get("suite-triton-results", {}).get("results", {})  # `bench all` through Triton on the GPU
     for name, (title, section) in SECTIONS.items():
         if name in suite:
             text.append(f"### On the GPU: {title}\n\n{section(suite[name])}")
     text.append("### Not measured\n\n" + "\n".join(f"- {line}" for line in about["not_measured"]) + "\n")
     return "\n".join(text)
+
+
+PROBED = {
+    "predict": "`Predictor.predict` as it is",
+    "decode": "its decoder run alone (dynamic shapes)",
+    "resize": "its mask resize alone (three masks)",
+    "static": "the decoder with batch and point count fixed",
+    "graph": "that, replayed as a CUDA graph",
+}
+
+
+def _decoder_probe(probe: dict) -> str:
+    """`scripts/gpu-decoder-probe.py`: where a one-point predict's time goes, and shorter decoder paths."""
+    rows = [
+        [PROBED.get(name, name), _ms(median), _ms(probe["p95_ms"][name]), _diff(probe["max_abs_logit_diff_vs_decode"].get(name))]
+        for name, median in probe["median_ms"].items()
+    ]
+    rows += [[PROBED.get(name, name), "could not run", why, ""] for name, why in probe["not_run"].items()]
+    header = ["one point, multimask", "median ms", "p95 ms", "max logit diff vs the decoder"]
+    return (
+        f"### Where `predict`'s time goes ({probe['model']}, {probe['provider']}; `scripts/gpu-decoder-probe.py`)\n\n"
+        + _table(header, rows)
+    )
+
+
+def _diff(value: float | None) -> str:
+    return "" if value is None else f"{value:.1e}"
 
 
 def _triton(r: dict) -> str:
