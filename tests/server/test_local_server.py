@@ -271,6 +271,18 @@ def test_the_models_import_what_the_server_python_imports_through_pythonpath(tmp
         assert masks[1][100, 100]
 
 
+def test_the_stub_finds_the_python_library_of_a_relocated_interpreter(monkeypatch, tmp_path):
+    """uv's and conda's interpreters report the LIBDIR of the machine they were built on; their
+    libpython, which the stub links, lies in their own prefix's lib/."""
+    from triton_sam.server import launch_tritonserver
+
+    monkeypatch.setattr(launch_tritonserver.sysconfig, "get_config_var", lambda name: "/install/lib")
+    monkeypatch.setattr(launch_tritonserver.sys, "base_prefix", str(tmp_path))
+    env = launch_tritonserver.server_environment(tmp_path / "pytriton.libs", tmp_path / "bin")
+    assert env["LD_LIBRARY_PATH"].split(":")[:3] == ["/install/lib", str(tmp_path / "lib"), str(tmp_path / "pytriton.libs")]
+    assert env["PATH"].startswith(f"{tmp_path / 'bin'}:")
+
+
 def _self_signed(tmp_path):
     """A certificate for 127.0.0.1 made on the spot (openssl), and its key."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

@@ -88,6 +88,7 @@ def server_environment(libs: Path, stub_bin: Path) -> dict[str, str]:
     env = dict(os.environ)
     library_path = [
         sysconfig.get_config_var("LIBDIR") or "",
+        os.path.join(sys.base_prefix, "lib"),  # relocated builds (uv's, conda's) report their build's LIBDIR
         str(libs),
         *cuda_library_dirs(sys.path[1:]),
         env.get("LD_LIBRARY_PATH", ""),
