@@ -3,10 +3,10 @@
 # runs on onnxruntime-gpu with the export extra (torch, sam2); the `triton` part also needs the
 # server environment (`triton-sam server-env`, or $TRITON_SAM_SERVER_PYTHON). On a GPU machine without
 # a pip index, scripts/device-kit.sh brings and installs what these need.
-# Usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|all]     (JSON and logs land in OUTDIR;
+# Usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|probe|all]   (JSON and logs land in OUTDIR;
 #        MODELS="sam2.1_hiera_tiny" picks the models of the local part, HOVER=0 skips its hover run)
 set -uo pipefail
-out=${1:?usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|all]}
+out=${1:?usage: bash scripts/bench-gpu.sh OUTDIR [local|triton|probe|all]}
 part=${2:-all}
 mkdir -p "$out"
 PYTHON=${PYTHON:-python3}
@@ -18,7 +18,7 @@ run() {  # run NAME COMMAND...: stdout to NAME.json, stderr to NAME.log; a failu
     "$@" >"$out/$name.json" 2>"$out/$name.log" || echo "FAILED: $name (see $out/$name.log)" >&2
 }
 
-if [[ $part != triton ]]; then
+if [[ $part == local || $part == all ]]; then
     for model in ${MODELS:-sam2.1_hiera_tiny sam2.1_hiera_large}; do
         for fp16 in "" --fp16; do
             tag=$model${fp16:+-fp16}
@@ -27,9 +27,11 @@ if [[ $part != triton ]]; then
         done
     done
     [[ ${HOVER:-1} == 1 ]] && run hover-local "$PYTHON" -m triton_sam.cli bench hover --backends local --duration 30
+fi
+if [[ $part == probe || $part == all ]]; then  # where predict's time goes on the GPU (#16)
     run decoder-probe "$PYTHON" "$(dirname "$0")/gpu-decoder-probe.py"
 fi
-if [[ $part != local ]]; then
+if [[ $part == triton || $part == all ]]; then
     run hover-triton "$PYTHON" -m triton_sam.cli bench hover --backends triton --duration 30
     run suite-triton "$PYTHON" -m triton_sam.cli bench all --only click annotators triton --output "$out/suite-triton-results.json"
 fi

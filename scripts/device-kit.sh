@@ -8,7 +8,8 @@
 #   there:  bash scripts/device-kit.sh receive .device/cK   one device run per piece, carry=[".device/cK"],
 #                                                       each within 30 s of the last (the machine stays warm)
 #           bash scripts/device-kit.sh setup            installs them under /tmp/kit, writes /tmp/kit/env.sh
-#           . /tmp/kit/env.sh && bash scripts/bench-gpu.sh /tmp/gpu triton; tar -czf "$OUT/gpu.tgz" -C /tmp gpu
+#           . /tmp/kit/env.sh && bash scripts/bench-gpu.sh /tmp/gpu triton && bash scripts/bench-gpu.sh /tmp/gpu probe
+#           tar -czf "$OUT/gpu.tgz" -C /tmp gpu
 #                                                       (a run brings back at most 8 files: one archive)
 #
 # The client's packages go to /tmp/kit/site (first on PYTHONPATH); the server's to /tmp/kit/server,
