@@ -43,9 +43,10 @@ stage() {
     tar -C "$work" -cf "$work/kit.tar" wheels
     split -b "${PIECE_MIB}m" -d -a 2 "$work/kit.tar" "$work/part."
     rm -rf "$work/kit.tar" "$work/wheels"
-    local i=0
-    for part in "$work"/part.*; do
+    local i=0 parts=("$work"/part.*)
+    for part in "${parts[@]}"; do
         mkdir -p "$work/c$i" && mv "$part" "$work/c$i/"
+        echo "${#parts[@]}" >"$work/c$i/pieces"
         i=$((i + 1))
     done
     du -sh "$work"/c* >&2
@@ -55,10 +56,17 @@ stage() {
 receive() {  # receive .device/cK: keep that piece on the warm machine
     mkdir -p "$kit/parts"
     cp "$repo/${1:?which piece}"/part.* "$kit/parts/"
+    cp "$repo/$1/pieces" "$kit/pieces"
     echo "pieces here: $(ls "$kit/parts" | tr '\n' ' ')"
 }
 
 setup() {
+    local have
+    have=$(shopt -s nullglob && parts=("$kit"/parts/part.*) && echo "${#parts[@]}")
+    if [[ ! -f $kit/pieces || $have != "$(cat "$kit/pieces")" ]]; then
+        echo "$have of $(cat "$kit/pieces" 2>/dev/null || echo '?') pieces here (the machine went back between runs?): receive them all again" >&2
+        exit 1
+    fi
     mkdir -p "$kit/wheels"
     cat "$kit"/parts/part.* | tar -C "$kit" -xf -
     local install=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
