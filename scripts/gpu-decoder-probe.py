@@ -28,6 +28,7 @@ import onnxruntime as ort
 from triton_sam import Predictor, contract
 from triton_sam.bench.fixtures import BENCH_SHAPE, bench_image, exported_repository
 from triton_sam.engines.local import prompt_feeds
+from triton_sam.engines.providers import device_of
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.repository import locate
@@ -36,6 +37,7 @@ OUTPUTS = contract.decoder_output_names(True)  # masks, scores, object scores
 
 
 def static_session(path: Path, providers: list, points: int) -> ort.InferenceSession:
+    """The decoder with batch 1 and `points` prompt points fixed at load (its shape arithmetic folds)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.add_free_dimension_override_by_name("batch", 1)
@@ -56,7 +58,7 @@ def main(model_id: str = "sam2.1_hiera_tiny", runs: int = 50) -> dict:
     feeds = prompt_feeds(request, spec.low_res_size)
     points = feeds[contract.POINT_COORDS].shape[1]
     provider = engine.providers[0]
-    device = "cuda" if provider in ("CUDAExecutionProvider", "TensorrtExecutionProvider") else "cpu"
+    device = device_of(provider) or "cpu"
     on_device = {name: ort.OrtValue.ortvalue_from_numpy(a, device, 0) for name, a in features.host_arrays().items()}
     decoder_path = locate(spec, repository).decoder
     reference = engine.decode(features, request).low_res_logits
@@ -74,17 +76,16 @@ def main(model_id: str = "sam2.1_hiera_tiny", runs: int = 50) -> dict:
         static.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()[0]
 
-    low_res = engine.decode(features, request).low_res_logits
     variants = {
         "predict": lambda: predictor.predict(**point)[2],
         "decode": lambda: engine.decode(features, request).low_res_logits,
-        "resize": lambda: engine.resizer.masks(low_res, BENCH_SHAPE),
+        "resize": lambda: engine.resizer.masks(reference, BENCH_SHAPE),
         "static": static_decode,
     }
     notes = {}
     if device == "cuda":
         try:
-            variants["graph"] = graph_decode(decoder_path, on_device, feeds)
+            variants["graph"] = graph_decode(decoder_path, on_device, feeds, spec.low_res_size)
         except Exception as error:  # what ONNX Runtime says is the finding
             notes["graph"] = f"{type(error).__name__}: {error}"
     for name, call in list(variants.items()):  # warm-up (and CUDA graph capture)
@@ -107,7 +108,7 @@ def main(model_id: str = "sam2.1_hiera_tiny", runs: int = 50) -> dict:
     return {
         "model": model_id,
         "provider": provider,
-        "points_with_padding": points,
+        "points": points,
         "median_ms": {name: round(float(np.median(t)), 3) for name, t in times.items()},
         "p95_ms": {name: round(float(np.percentile(t, 95)), 3) for name, t in times.items()},
         "max_abs_logit_diff_vs_decode": agreement,
@@ -115,17 +116,13 @@ def main(model_id: str = "sam2.1_hiera_tiny", runs: int = 50) -> dict:
     }
 
 
-def graph_decode(path: Path, on_device: dict, feeds: dict):
+def graph_decode(path: Path, on_device: dict, feeds: dict, low_res_size: int):
     """The static decoder replayed as a CUDA graph: every input and output in a fixed device
     buffer (the features' own; prompts copied into theirs), outputs copied out after each replay."""
-    points = feeds[contract.POINT_COORDS].shape[1]
     providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), "CPUExecutionProvider"]
-    options = ort.SessionOptions()
-    options.add_free_dimension_override_by_name("batch", 1)
-    options.add_free_dimension_override_by_name("points", points)
-    session = ort.InferenceSession(str(path), options, providers=providers)
+    session = static_session(path, providers, feeds[contract.POINT_COORDS].shape[1])
     prompts = {name: ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0) for name, array in feeds.items()}
-    shapes = {OUTPUTS[0]: (1, 3, 256, 256), OUTPUTS[1]: (1, 3), OUTPUTS[2]: (1, 1)}
+    shapes = {OUTPUTS[0]: (1, 3, low_res_size, low_res_size), OUTPUTS[1]: (1, 3), OUTPUTS[2]: (1, 1)}
     outputs = {name: ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, "cuda", 0) for name, shape in shapes.items()}
     binding = session.io_binding()
     for name, value in {**on_device, **prompts}.items():

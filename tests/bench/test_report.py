@@ -74,7 +74,7 @@ def test_the_gpu_section_shows_where_predict_s_time_goes_when_probed(tmp_path):
     probe = {
         "model": "sam2.1_hiera_tiny",
         "provider": "CUDAExecutionProvider",
-        "points_with_padding": 1,
+        "points": 1,
         "median_ms": {"predict": 4.4, "decode": 3.1, "resize": 0.9, "static": 2.0},
         "p95_ms": {"predict": 4.6, "decode": 3.3, "resize": 1.0, "static": 2.2},
         "max_abs_logit_diff_vs_decode": {"predict": 0.0, "decode": 0.0, "static": 3.3e-07},
