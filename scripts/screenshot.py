@@ -1,7 +1,8 @@
-"""Take the README screenshot of the real widget: `xvfb-run -a python scripts/screenshot.py REPO OUT.png`.
+"""Take the README screenshot of the real widget: `xvfb-run -a python -m scripts.screenshot REPO OUT.png`.
 
-REPO is a model repository (the synthetic test model or a real export). A coin is clicked and
-committed, then the cursor rests on another, all as real Qt mouse and key events on the canvas.
+Run from the checkout's root (it moves the mouse as the benchmarks do). REPO is a model repository
+(the synthetic test model or a real export). A coin is clicked and committed, then the cursor rests
+on another, all as real Qt mouse and key events on the canvas.
 """
 
 import sys
@@ -14,7 +15,7 @@ from qtpy.QtTest import QTest
 from qtpy.QtWidgets import QApplication
 from skimage import data
 
-from triton_sam.bench.gui import send_mouse
+from benchmarks.gui import send_mouse
 from triton_sam.plugin import layers
 
 TIMEOUT_S = 120

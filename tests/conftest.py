@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from synthetic import write_repository
-from triton_sam.bench.wire import loopback_ports
 from triton_sam.registry import get_model
+from triton_sam.server.local import loopback_ports
 
 # Load torch's triton (it brings its own LLVM) before a GUI test makes Qt load Mesa's OpenGL: in the
 # other order importing it (torchvision does, for MobileSAM) crashed when tests/plugin ran alone.

@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.parity import mask_iou, parity_images, rgb
 from conftest import PARITY_SEED, require_export_extra
 from triton_sam.automatic import AutomaticMaskGenerator
-from triton_sam.bench.parity import mask_iou, parity_images, rgb
 from triton_sam.engines import CancelToken
 from triton_sam.errors import DecodeCancelled, InvalidInputError
 
@@ -65,7 +65,7 @@ def _image(name: str, cut) -> np.ndarray:
 
 
 def _official_generator(model_id: str, options: dict):
-    from triton_sam.bench.fixtures import official_predictor
+    from benchmarks.fixtures import official_predictor
 
     model = official_predictor(model_id, PARITY_SEED).model
     if model_id == SAM2:

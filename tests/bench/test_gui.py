@@ -14,7 +14,7 @@ pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from qtpy.QtWidgets import QLabel  # noqa: E402
 
-from triton_sam.bench.gui import RunQueueClock, StallMonitor, _canvas, _run_until, open_widget  # noqa: E402
+from benchmarks.gui import RunQueueClock, StallMonitor, _canvas, _run_until, open_widget  # noqa: E402
 
 
 class SlowPaint(QObject):

@@ -1,11 +1,11 @@
-"""`triton-sam bench report` on merged runs: a rerun's benchmarks replace the earlier ones and say where they ran."""
+"""`python -m benchmarks report` on merged runs: a rerun's benchmarks replace the earlier ones and say where they ran."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from triton_sam.bench import report
+from benchmarks import report
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "benchmarks" / "cpu" / "results.json"
 
@@ -46,7 +46,7 @@ def test_a_rerun_on_another_machine_replaces_its_benchmarks_and_says_where_each_
 
 
 def test_the_gpu_section_shows_the_triton_benchmarks_run_there(tmp_path):
-    """`scripts/bench-gpu.sh`'s Triton part (`bench all` into suite-triton-results.json) lands in the
+    """`benchmarks/bench-gpu.sh`'s Triton part (`all` into suite-triton-results.json) lands in the
     GPU section under the same tables as on the CPU, the tiles encoded together among them."""
     committed = json.loads(COMMITTED.read_text())
     gpu = tmp_path / "gpu"
@@ -66,7 +66,7 @@ def test_the_gpu_section_shows_the_triton_benchmarks_run_there(tmp_path):
 
 
 def test_the_gpu_section_shows_where_predict_s_time_goes_when_probed(tmp_path):
-    """`scripts/gpu-decoder-probe.py`'s output (a CPU run here as stand-in) gets its own table; a
+    """`benchmarks/gpu_decoder_probe.py`'s output (a CPU run here as stand-in) gets its own table; a
     variant that could not run says why."""
     gpu = tmp_path / "gpu"
     gpu.mkdir()

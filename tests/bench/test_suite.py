@@ -1,4 +1,4 @@
-"""`triton-sam bench all` on its smoke settings: every benchmark runs and the report is written."""
+"""`python -m benchmarks all` on its smoke settings: every benchmark runs and the report is written."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytest.importorskip("napari")
 
 
 def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_repository, tmp_path):
-    from triton_sam.bench import report, suite
+    from benchmarks import report, suite
 
     require_server_env()
     workdir = tmp_path / "bench"

@@ -11,11 +11,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from benchmarks.parity import mask_iou
+from benchmarks.wire import CountingProxy, free_port
 from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image, write_repository
 from triton_sam import contract
-from triton_sam.bench.parity import mask_iou
-from triton_sam.bench.wire import CountingProxy, free_port
 from triton_sam.engines import CancelToken, TritonConnection, create_engine
 from triton_sam.engines.triton import SAFE_CANCEL_VERSION, TritonClient, TritonEngine, served_models
 from triton_sam.errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError

@@ -16,9 +16,9 @@ import gc
 import numpy as np
 import pytest
 
+from benchmarks.parity import mask_iou, parity_images, prompt_sets, rgb
 from conftest import PARITY_SEED, require_export_extra
 from triton_sam import Predictor
-from triton_sam.bench.parity import mask_iou, parity_images, prompt_sets, rgb
 from triton_sam.errors import InvalidInputError
 from triton_sam.registry import get_model
 
@@ -64,7 +64,7 @@ class _Sam1Reference:
 
 
 def _reference(model_id: str):
-    from triton_sam.bench.fixtures import official_predictor
+    from benchmarks.fixtures import official_predictor
 
     reference = official_predictor(model_id, PARITY_SEED)
     return reference if get_model(model_id).family in ("sam2", "sam3") else _Sam1Reference(reference)
@@ -169,7 +169,7 @@ def test_a_batch_of_images_gives_what_the_official_set_image_batch_and_predict_b
     require_export_extra()
     import torch
 
-    from triton_sam.bench.fixtures import official_predictor
+    from benchmarks.fixtures import official_predictor
 
     torch.set_grad_enabled(False)
     model_id = "sam2.1_hiera_tiny"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.parity import mask_iou, rgb
 from conftest import PARITY_SEED, require_export_extra
-from triton_sam.bench.parity import mask_iou, rgb
 from triton_sam.image import to_uint8
 from triton_sam.tiled_predictor import TiledPredictor
 
@@ -41,7 +41,7 @@ def predictors(exported_repository):
     require_export_extra()
     import torch
 
-    from triton_sam.bench.fixtures import official_predictor
+    from benchmarks.fixtures import official_predictor
 
     torch.set_grad_enabled(False)
     with TiledPredictor(MODEL, model_repository=exported_repository(MODEL)) as tiled:

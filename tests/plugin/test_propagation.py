@@ -9,9 +9,9 @@ import weakref
 import numpy as np
 import pytest
 
+from benchmarks.fixtures import bench_volume
 from conftest import require_export_extra
 from synthetic import disk_image
-from triton_sam.bench.fixtures import bench_volume
 
 napari = pytest.importorskip("napari")
 from qtpy.QtCore import Qt  # noqa: E402

@@ -21,7 +21,7 @@ napari = pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 
-from triton_sam.bench.gui import send_mouse  # noqa: E402
+from benchmarks.gui import send_mouse  # noqa: E402
 from triton_sam.plugin import bindings, layers  # noqa: E402
 from triton_sam.plugin.bindings import KEYS  # noqa: E402
 from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402

@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
+from benchmarks.fixtures import mouse_trace, replay
 from conftest import start_server
 from synthetic import disk_image, write_repository
-from triton_sam.bench.fixtures import mouse_trace, replay
 from triton_sam.engines.triton import TritonConnection, TritonEngine
 from triton_sam.export import write_session_model
 from triton_sam.registry import get_model

@@ -22,12 +22,18 @@ from tritonclient.grpc import model_config_pb2
 from conftest import require_server_env
 from synthetic import disk_image, write_repository
 from triton_sam import Predictor
-from triton_sam.bench.wire import free_ports, loopback_ports
 from triton_sam.contract import ENCODE_BATCH_PARAMETER
 from triton_sam.errors import ServerUnavailableError, TritonSamError
 from triton_sam.export.triton_config import encoder_config
 from triton_sam.registry import get_model
-from triton_sam.server.local import LocalTritonServer, find_server_python, server_packages, serving_repository
+from triton_sam.server.local import (
+    LocalTritonServer,
+    find_server_python,
+    free_ports,
+    loopback_ports,
+    server_packages,
+    serving_repository,
+)
 
 TINY = get_model("sam2.1_hiera_tiny")
 

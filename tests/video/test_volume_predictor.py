@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmarks.fixtures import bench_volume, official_fills_holes, official_video_predictor, official_volume_state
+from benchmarks.parity import mask_iou
 from conftest import PARITY_SEED, require_export_extra
 from synthetic import ReadLog, SlowReads, slow_encodes
-from triton_sam.bench.fixtures import bench_volume, official_fills_holes, official_video_predictor, official_volume_state
-from triton_sam.bench.parity import mask_iou
 from triton_sam.errors import InvalidInputError
 from triton_sam.video import VolumePredictor
 

@@ -322,3 +322,22 @@ class LocalTritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different TCP ports on `host` that nothing listens on right now (asked one by one,
+    the system may hand out the same port twice)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def loopback_ports() -> dict[str, int]:
+    """`LocalTritonServer`'s three port arguments: different free loopback ports, for a server
+    started beside others on one machine (tests, benchmarks)."""
+    return dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(3), strict=True))

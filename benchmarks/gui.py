@@ -1,4 +1,4 @@
-"""`triton-sam bench gui`: napari as the user feels it, with the local engine and a local Triton server.
+"""`python -m benchmarks gui`: napari as the user feels it, with the local engine and a local Triton server.
 
 For each backend, in a real napari window: Start (engine, layers, first plane) and background
 encoding of a 3-plane stack, with the worst event-loop stall; then a scripted 120 Hz hover path
@@ -24,9 +24,10 @@ from qtpy.QtGui import QMouseEvent
 from qtpy.QtOpenGLWidgets import QOpenGLWidget
 from qtpy.QtWidgets import QApplication, QWidget
 
-from .. import bench
-from ..plugin import bindings
-from ..registry import DEFAULT_MODEL
+import benchmarks as bench
+from triton_sam.plugin import bindings
+from triton_sam.registry import DEFAULT_MODEL
+
 from .fixtures import BENCH_SHAPE
 
 

@@ -1,4 +1,4 @@
-"""`triton-sam bench memory`: resident memory of client and server as image features pile up, and a soak.
+"""`python -m benchmarks memory`: resident memory of client and server as image features pile up, and a soak.
 
 Client: this process with the local engine, after 1, 10 and 100 images went through the
 embedding cache (bounded at `FeatureCache.max_bytes`). To keep 100 entries affordable on a
@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from ..engines import Engine, ImageFeatures, create_engine
-from ..export.triton_config import SESSION_CACHE_SIZE
-from ..features import FeatureCache
-from ..image import encoder_input
-from ..registry import DEFAULT_MODEL, get_model
-from ..server.local import LocalTritonServer
-from ..session import InteractiveSession
+from triton_sam.engines import Engine, ImageFeatures, create_engine
+from triton_sam.export.triton_config import SESSION_CACHE_SIZE
+from triton_sam.features import FeatureCache
+from triton_sam.image import encoder_input
+from triton_sam.registry import DEFAULT_MODEL, get_model
+from triton_sam.server.local import LocalTritonServer
+from triton_sam.session import InteractiveSession
+
 from .fixtures import BENCH_SHAPE, bench_images, exported_repository, mouse_trace, replay
 from .wire import loopback_server
 

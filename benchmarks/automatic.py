@@ -1,4 +1,4 @@
-"""`triton-sam bench automatic`: seconds to segment everything in an image, ours (local, and through
+"""`python -m benchmarks automatic`: seconds to segment everything in an image, ours (local, and through
 a local Triton server) next to the official `SAM2AutomaticMaskGenerator`, same random-init weights.
 
 Random weights give low, smooth logits, so the official default thresholds keep nothing; the
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..automatic import AutomaticMaskGenerator
-from ..registry import DEFAULT_MODEL, get_model
+from triton_sam.automatic import AutomaticMaskGenerator
+from triton_sam.registry import DEFAULT_MODEL, get_model
+
 from .fixtures import bench_image, exported_repository, official_predictor
 from .parity import mask_iou
 from .triton import server_batch_sizes

@@ -1,4 +1,4 @@
-"""`triton-sam bench click`: click to committed mask, next to the model's official predictor.
+"""`python -m benchmarks click`: click to committed mask, next to the model's official predictor.
 
 Ours is the interactive path: `InteractiveSession.add_point` then `commit` (which waits for the
 click's decode and returns the full-size mask), with the local engine and through a local Triton
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engines import create_engine
-from ..registry import DEFAULT_MODEL, get_model
-from ..session import InteractiveSession
+from triton_sam.engines import create_engine
+from triton_sam.registry import DEFAULT_MODEL, get_model
+from triton_sam.session import InteractiveSession
+
 from . import summarize, timed_call
 from .fixtures import BENCH_SHAPE, bench_image, exported_repository, official_predictor
 from .parity import mask_iou

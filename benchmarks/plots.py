@@ -1,4 +1,4 @@
-"""The PNG plots of BENCHMARKS.md (`triton-sam bench report`)."""
+"""The PNG plots of BENCHMARKS.md (`python -m benchmarks report`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`triton-sam bench large`: a 20000 x 20000 uint16 plane in napari, as a numpy array and as a
+"""`python -m benchmarks large`: a 20000 x 20000 uint16 plane in napari, as a numpy array and as a
 multiscale dask pyramid generated on demand (nothing of it is held but what is read).
 
 For each plane and backend, in a real napari window zoomed to native resolution at the plane's
@@ -25,9 +25,10 @@ import numpy as np
 import psutil
 from qtpy.QtCore import QEvent, QTimer
 
-from ..plugin import bindings, layers
-from ..registry import DEFAULT_MODEL
-from ..tiles import Tile, view_order
+from triton_sam.plugin import bindings, layers
+from triton_sam.registry import DEFAULT_MODEL
+from triton_sam.tiles import Tile, view_order
+
 from . import timed_call
 from .gui import ScreenClock, StallMonitor, _canvas, _hover, _run_until, open_widget, send_mouse
 
@@ -181,7 +182,7 @@ def _pan(viewer, widget, image, canvas) -> dict:
 def _tile_encode_s(model_id: str, backend: str, repository: Path, url: str | None, data, tiles: int = 2) -> float:
     """Median seconds to encode one tile through `backend` with nothing else running: tiles of the
     plane's far corner, which the napari run never sees (no cache, here or on the server, helps it)."""
-    from ..tiled_predictor import TiledPredictor
+    from triton_sam.tiled_predictor import TiledPredictor
 
     options = {"url": url} if backend == "triton" else {}
     with TiledPredictor(model_id, backend, repository, **options) as predictor:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelFileError, ModelNotFoundError
-from ..registry import get_model
-from ..repository import ENCODER_FP16, ENCODER_FP32, EXPORT_REVISION, export_revision, locate, read_metadata
+from triton_sam.errors import ModelFileError, ModelNotFoundError
+from triton_sam.registry import get_model
+from triton_sam.repository import ENCODER_FP16, ENCODER_FP32, EXPORT_REVISION, export_revision, locate, read_metadata
 
 BENCH_SHAPE = (977, 1531)  # (H, W) of the image every benchmark uses by default
 PAUSE_S = (0.2, 0.6)  # in mouse traces, the cursor rests this long between strokes
@@ -35,7 +35,7 @@ def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = Fa
     """`workdir`/model_repository (`_fp16` with `half`) with `model_id` exported from random-init
     weights of `seed`. Exports only when that exact export, by the current export code, is not there yet.
     """
-    from ..export import write_session_model
+    from triton_sam.export import write_session_model
 
     spec = get_model(model_id)
     repository = Path(workdir) / ("model_repository_fp16" if half else "model_repository")
@@ -49,7 +49,7 @@ def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = Fa
             return repository
     except (ModelNotFoundError, ModelFileError):
         pass
-    from ..export import export_model
+    from triton_sam.export import export_model
 
     export_model(spec, repository, seed=seed, half=half, progress=lambda message: print(message, file=sys.stderr))
     return repository
@@ -61,16 +61,16 @@ def official_predictor(model_id: str, seed: int, device: str = "cpu"):
     if spec.family == "sam2":
         from sam2.sam2_image_predictor import SAM2ImagePredictor
 
-        from ..export.sam2_onnx import build_model
+        from triton_sam.export.sam2_onnx import build_model
 
         return SAM2ImagePredictor(build_model(spec, seed=seed).to(device))
     if spec.family == "sam3":
         from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
 
-        from ..export.sam3_onnx import build_model
+        from triton_sam.export.sam3_onnx import build_model
 
         return SAM3InteractiveImagePredictor(build_model(spec, seed=seed).to(device))
-    from ..export.sam1_onnx import build_model
+    from triton_sam.export.sam1_onnx import build_model
 
     if spec.family == "mobile_sam":
         from mobile_sam import SamPredictor
@@ -87,8 +87,8 @@ def official_video_predictor(model_id: str, seed: int, device: str = "cpu"):
     object pointer promotes them to float32), so the memories are given to it as float32: the
     values torch's type promotion makes of them whenever a pointer is present.
     """
-    from ..export.sam2_onnx import build_model
-    from ..export.sam2_video_onnx import build_video_model
+    from triton_sam.export.sam2_onnx import build_model
+    from triton_sam.export.sam2_video_onnx import build_video_model
 
     spec = get_model(model_id)
     video = build_video_model(build_model(spec, seed=seed), spec).to(device)
@@ -117,7 +117,7 @@ def official_volume_state(reference, volume: np.ndarray, contrast_limits=None) -
     from PIL import Image
     from sam2.utils.transforms import SAM2Transforms
 
-    from ..image import to_uint8
+    from triton_sam.image import to_uint8
 
     with tempfile.TemporaryDirectory() as frames:
         for i in range(len(volume)):  # init_state reads a folder of frames: tiny placeholders

@@ -1,13 +1,12 @@
-"""Measure the wire: a counting TCP proxy (bytes per call each way), free loopback ports, servers on them."""
+"""Measure the wire: a counting TCP proxy (bytes per call each way), servers on free loopback ports."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 from pathlib import Path
 
-from ..server.local import LocalTritonServer
+from triton_sam.server.local import LocalTritonServer, free_ports, loopback_ports
 
 
 class CountingProxy:
@@ -58,24 +57,9 @@ class CountingProxy:
         self._listener.close()
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` different TCP ports on 127.0.0.1 that nothing listens on right now (asked one by
-    one, the system may hand out the same port twice)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
-
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     return free_ports(1)[0]
-
-
-def loopback_ports() -> dict[str, int]:
-    """`LocalTritonServer`'s three port arguments: different free loopback ports."""
-    return dict(zip(("http_port", "grpc_port", "metrics_port"), free_ports(3), strict=True))
 
 
 def loopback_server(repository: Path, model_id: str, **options) -> LocalTritonServer:

@@ -1,4 +1,4 @@
-"""`triton-sam bench hover`: a synthetic mouse trace replayed through our session and a naive client.
+"""`python -m benchmarks hover`: a synthetic mouse trace replayed through our session and a naive client.
 
 The trace sweeps over the image at `rate_hz` in strokes with pauses in between (no events while the
 mouse rests), like a user looking for the next object. Our client is `InteractiveSession`
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engines import Engine, ImageFeatures, create_engine
-from ..image import encoder_input
-from ..prompts import model_request
-from ..registry import DEFAULT_MODEL, ModelSpec, get_model
-from ..server.local import LocalTritonServer
-from ..session import InteractiveSession, Preview
-from ..speculative import latency_percentiles
+from triton_sam.engines import Engine, ImageFeatures, create_engine
+from triton_sam.image import encoder_input
+from triton_sam.prompts import model_request
+from triton_sam.registry import DEFAULT_MODEL, ModelSpec, get_model
+from triton_sam.server.local import LocalTritonServer
+from triton_sam.session import InteractiveSession, Preview
+from triton_sam.speculative import latency_percentiles
+
 from . import summarize, timed
 from .fixtures import BENCH_SHAPE, PAUSE_S, bench_image, exported_repository, mouse_trace, replay
 from .wire import loopback_server

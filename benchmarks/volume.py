@@ -1,4 +1,4 @@
-"""`triton-sam bench volume`: planes per second propagated through a stack, next to `SAM2VideoPredictor`.
+"""`python -m benchmarks volume`: planes per second propagated through a stack, next to `SAM2VideoPredictor`.
 
 One object is clicked on the first plane and tracked to the last, by `VolumePredictor` (locally,
 and through a local Triton server whose session model keeps the memories; planes encoded as they
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..registry import DEFAULT_MODEL
-from ..video import VolumePredictor
+from triton_sam.registry import DEFAULT_MODEL
+from triton_sam.video import VolumePredictor
+
 from .fixtures import bench_volume, exported_repository, official_fills_holes, official_video_predictor, official_volume_state
 from .parity import mask_iou
 from .wire import loopback_server

@@ -1,4 +1,4 @@
-"""`triton-sam bench all`: every benchmark in one command, results in one JSON file.
+"""`python -m benchmarks all`: every benchmark in one command, results in one JSON file.
 
 Each benchmark runs with the settings of the chosen profile ("full" for published figures,
 "smoke" to check in seconds that they all run) in a process of its own, so that none inherits
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import psutil
 
-from ..gpu import cuda_device_count
-from ..registry import DEFAULT_MODEL
+from triton_sam.gpu import cuda_device_count
+from triton_sam.registry import DEFAULT_MODEL
 
 PROFILES: dict[str, dict[str, dict]] = {
     "full": {
@@ -81,27 +81,28 @@ def machine() -> dict:
 
 
 RUNNERS = {
-    "predictor": "triton_sam.bench.predictor",
-    "triton": "triton_sam.bench.triton",
-    "hover": "triton_sam.bench.hover",
-    "click": "triton_sam.bench.click",
-    "annotators": "triton_sam.bench.annotators",
-    "memory": "triton_sam.bench.memory",
-    "gui": "triton_sam.bench.gui",
-    "large": "triton_sam.bench.large",
-    "volume": "triton_sam.bench.volume",
-    "automatic": "triton_sam.bench.automatic",
+    "predictor": "benchmarks.predictor",
+    "triton": "benchmarks.triton",
+    "hover": "benchmarks.hover",
+    "click": "benchmarks.click",
+    "annotators": "benchmarks.annotators",
+    "memory": "benchmarks.memory",
+    "gui": "benchmarks.gui",
+    "large": "benchmarks.large",
+    "volume": "benchmarks.volume",
+    "automatic": "benchmarks.automatic",
 }
 
 
 def run_in_child(name: str, options: dict, model_id: str, seed: int, workdir: Path) -> dict:
     """Run benchmark `name` in a child process (this module's `__main__`); its result, or why not."""
-    command = [sys.executable, "-m", "triton_sam.bench.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
+    command = [sys.executable, "-m", "benchmarks.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
     if name in ("gui", "large") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         if shutil.which("xvfb-run") is None:
             return {"skipped": "no display and no xvfb-run"}
         command = ["xvfb-run", "-a", *command]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    path = os.pathsep.join(p for p in (str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": path})
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"failed": done.returncode, "stderr_tail": done.stderr[-3000:]}

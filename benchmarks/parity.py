@@ -1,4 +1,4 @@
-"""`triton-sam bench parity`: our masks and scores next to the official predictor's, same weights.
+"""`python -m benchmarks parity`: our masks and scores next to the official predictor's, same weights.
 
 The images and prompts of the parity tests (grey and RGB, small and large, unusual aspect ratios)
 go through our local engine and through the model's official predictor in float32 on `device`;
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..predictor import Predictor
-from ..registry import DEFAULT_MODEL
+from triton_sam.predictor import Predictor
+from triton_sam.registry import DEFAULT_MODEL
+
 from .fixtures import exported_repository, official_bf16_calls, official_predictor
 
 

@@ -1,4 +1,4 @@
-"""`triton-sam bench report`: plots (PNG) and BENCHMARKS.md from the JSON of `triton-sam bench all`.
+"""`python -m benchmarks report`: plots (PNG) and BENCHMARKS.md from the JSON of `python -m benchmarks all`.
 
 Every figure in the Markdown comes from the results file; goals are those of the project's
 issues, and each row says whether the run met them.
@@ -13,8 +13,8 @@ from pathlib import Path
 from . import plots
 
 REPRODUCE = (
-    "triton-sam bench all && triton-sam bench all --only memory --soak-minutes 10 "
-    "--output bench-results/soak.json && triton-sam bench report bench-results/results.json bench-results/soak.json "
+    "python -m benchmarks all && python -m benchmarks all --only memory --soak-minutes 10 "
+    "--output bench-results/soak.json && python -m benchmarks report bench-results/results.json bench-results/soak.json "
     "--gpu docs/benchmarks/gpu-h100"
 )
 
@@ -121,7 +121,7 @@ def _gpu_parity(runs: dict[str, dict]) -> str:
 
 
 def gpu_section(directory: Path) -> str:
-    """The GPU section from a directory of `scripts/bench-gpu.sh` results and its machine.json."""
+    """The GPU section from a directory of `benchmarks/bench-gpu.sh` results and its machine.json."""
     about = json.loads((directory / "machine.json").read_text())
     load = {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json")) if p.name != "machine.json"}
     predictor = {k: v for k, v in load.items() if k.startswith("predictor-")}
@@ -162,7 +162,7 @@ PROBED = {
 
 
 def _decoder_probe(probe: dict) -> str:
-    """`scripts/gpu-decoder-probe.py`: where a one-point predict's time goes, and shorter decoder paths."""
+    """`python -m benchmarks.gpu_decoder_probe`: where a one-point predict's time goes, and shorter decoder paths."""
     rows = [
         [PROBED.get(name, name), _ms(median), _ms(probe["p95_ms"][name]), _diff(probe["max_abs_logit_diff_vs_decode"].get(name))]
         for name, median in probe["median_ms"].items()
@@ -170,7 +170,7 @@ def _decoder_probe(probe: dict) -> str:
     rows += [[PROBED.get(name, name), "could not run", why, ""] for name, why in probe["not_run"].items()]
     header = ["one point, multimask", "median ms", "p95 ms", "max logit diff vs the decoder"]
     return (
-        f"### Where `predict`'s time goes ({probe['model']}, {probe['provider']}; `scripts/gpu-decoder-probe.py`)\n\n"
+        f"### Where `predict`'s time goes ({probe['model']}, {probe['provider']}; `python -m benchmarks.gpu_decoder_probe`)\n\n"
         + _table(header, rows)
     )
 

@@ -1,4 +1,4 @@
-"""`triton-sam bench annotators`: many simulated annotators hovering on one local Triton server.
+"""`python -m benchmarks annotators`: many simulated annotators hovering on one local Triton server.
 
 Each annotator has its own image, its own mouse trace (`hover.mouse_trace` with its own seed) and
 its own `InteractiveSession` with a Triton engine, as a napari user would. They all replay their
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engines.triton import TritonConnection, TritonEngine
-from ..export import write_session_model
-from ..registry import DEFAULT_MODEL, ModelSpec, get_model
-from ..server.local import LocalTritonServer
-from ..session import InteractiveSession
-from ..speculative import latency_percentiles
+from triton_sam.engines.triton import TritonConnection, TritonEngine
+from triton_sam.export import write_session_model
+from triton_sam.registry import DEFAULT_MODEL, ModelSpec, get_model
+from triton_sam.server.local import LocalTritonServer
+from triton_sam.session import InteractiveSession
+from triton_sam.speculative import latency_percentiles
+
 from .fixtures import BENCH_SHAPE, bench_images, exported_repository, mouse_trace, replay
 from .wire import loopback_server
 

@@ -1,4 +1,4 @@
-"""`triton-sam bench triton`: the Triton path next to the local engine, in one run.
+"""`python -m benchmarks triton`: the Triton path next to the local engine, in one run.
 
 A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode,
 hover-decode and refinement latency through Triton on loopback and with the local engine (calls
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import contract
-from ..engines import Engine, ImageFeatures, create_engine
-from ..engines.triton import TritonClient, TritonConnection, TritonEngine
-from ..image import encoder_input
-from ..prompts import DecodeRequest, model_request
-from ..registry import DEFAULT_MODEL, ModelSpec, get_model
+from triton_sam import contract
+from triton_sam.engines import Engine, ImageFeatures, create_engine
+from triton_sam.engines.triton import TritonClient, TritonConnection, TritonEngine
+from triton_sam.image import encoder_input
+from triton_sam.prompts import DecodeRequest, model_request
+from triton_sam.registry import DEFAULT_MODEL, ModelSpec, get_model
+
 from . import summarize, timed, timed_call
 from .fixtures import BENCH_SHAPE, bench_image, exported_repository
 from .wire import CountingProxy, loopback_server

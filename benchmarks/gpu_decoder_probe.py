@@ -11,8 +11,8 @@ was 0.95x (4.4 ms against 4.7). This times, alternating, on this machine's first
             in fixed device buffers, prompts copied in): CUDA only
 and how far each variant's low-res logits are from the engine's decode.
 
-Usage: python scripts/gpu-decoder-probe.py [MODEL] [RUNS]   (exports random weights into .bench/ if
-needed, as `triton-sam bench` does; runs on the CPU too, without `graph`)
+Usage: python -m benchmarks.gpu_decoder_probe [MODEL] [RUNS]   (exports random weights into .bench/
+if needed, as the other benchmarks do; runs on the CPU too, without `graph`)
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ import numpy as np
 import onnxruntime as ort
 
 from triton_sam import Predictor, contract
-from triton_sam.bench.fixtures import BENCH_SHAPE, bench_image, exported_repository
 from triton_sam.engines.local import prompt_feeds
 from triton_sam.engines.providers import device_of
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.repository import locate
+
+from .fixtures import BENCH_SHAPE, bench_image, exported_repository
 
 OUTPUTS = contract.decoder_output_names(True)  # masks, scores, object scores
 

@@ -1,4 +1,4 @@
-"""`triton-sam bench predictor`: our local engine next to the model's official predictor
+"""`python -m benchmarks predictor`: our local engine next to the model's official predictor
 (`SAM2ImagePredictor`, or SAM1's / MobileSAM's `SamPredictor`).
 
 Both get the same random-init weights, image and prompts; calls alternate so that machine noise
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..predictor import Predictor
-from ..registry import DEFAULT_MODEL
-from ..repository import ENCODER_FP16, ENCODER_FP32
+from triton_sam.predictor import Predictor
+from triton_sam.registry import DEFAULT_MODEL
+from triton_sam.repository import ENCODER_FP16, ENCODER_FP32
+
 from . import summarize, timed
 from .fixtures import (
     BENCH_SHAPE,

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GPU figures of BENCHMARKS.md (issue #16). Needs a machine with an NVIDIA GPU where triton-sam
+# runs on onnxruntime-gpu with the export extra (torch, sam2); the `triton` part also needs the
+# server environment (`triton-sam server-env`, or $TRITON_SAM_SERVER_PYTHON). Run from a checkout.
+# Usage: bash benchmarks/bench-gpu.sh OUTDIR [local|triton|probe|all]   (JSON and logs land in OUTDIR;
+#        MODELS="sam2.1_hiera_tiny" picks the models of the local part, HOVER=0 skips its hover run)
+set -uo pipefail
+cd "$(dirname "$0")/.."  # python -m benchmarks needs the checkout's root
+out=${1:?usage: bash benchmarks/bench-gpu.sh OUTDIR [local|triton|probe|all]}
+part=${2:-all}
+mkdir -p "$out"
+PYTHON=${PYTHON:-python3}
+
+run() {  # run NAME COMMAND...: stdout to NAME.json, stderr to NAME.log; a failure does not stop the rest
+    local name=$1
+    shift
+    echo "== $name ($(date +%T))" >&2
+    "$@" >"$out/$name.json" 2>"$out/$name.log" || echo "FAILED: $name (see $out/$name.log)" >&2
+}
+
+if [[ $part == local || $part == all ]]; then
+    for model in ${MODELS:-sam2.1_hiera_tiny sam2.1_hiera_large}; do
+        for fp16 in "" --fp16; do
+            tag=$model${fp16:+-fp16}
+            run "predictor-$tag" "$PYTHON" -m benchmarks predictor --device cuda --model "$model" $fp16 --encodes 20 --decodes 50 --json
+            run "parity-$tag" "$PYTHON" -m benchmarks parity --device cuda --model "$model" $fp16
+        done
+    done
+    [[ ${HOVER:-1} == 1 ]] && run hover-local "$PYTHON" -m benchmarks hover --backends local --duration 30
+fi
+if [[ $part == probe || $part == all ]]; then  # where predict's time goes on the GPU (#16)
+    run decoder-probe "$PYTHON" -m benchmarks.gpu_decoder_probe
+fi
+if [[ $part == triton || $part == all ]]; then
+    run hover-triton "$PYTHON" -m benchmarks hover --backends triton --duration 30
+    run suite-triton "$PYTHON" -m benchmarks all --only click annotators triton --output "$out/suite-triton-results.json"
+fi
