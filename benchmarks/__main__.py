@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -155,7 +156,9 @@ def _cmd_bench_report(args) -> None:
     from . import report
 
     results = report.merge([json.loads(path.read_text()) for path in args.results])
-    written = report.write(results, args.plots, args.markdown, gpu=args.gpu)
+    options = [*map(str, args.results), "--plots", str(args.plots), "--markdown", str(args.markdown)]
+    command = shlex.join(["python", "-m", "benchmarks", "report", *options, *(["--gpu", str(args.gpu)] if args.gpu else [])])
+    written = report.write(results, args.plots, args.markdown, gpu=args.gpu, made_with=command)
     print("Wrote " + ", ".join(str(path) for path in written))
 
 

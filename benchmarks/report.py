@@ -579,9 +579,9 @@ def merge(runs: list[dict]) -> dict:
     return merged
 
 
-def write(results: dict, plot_dir: Path, markdown: Path, gpu: Path | None = None) -> list[Path]:
+def write(results: dict, plot_dir: Path, markdown: Path, gpu: Path | None = None, made_with: str | None = None) -> list[Path]:
     """Write the plots into `plot_dir` and the tables into `markdown` (with the GPU results in `gpu`,
-    see `gpu_section`); returns what was written."""
+    see `gpu_section`; `made_with`: the report command, said on the page); returns what was written."""
     r = results["results"]
     plot_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -600,6 +600,8 @@ def write(results: dict, plot_dir: Path, markdown: Path, gpu: Path | None = None
         + ", ".join(f"{k} {v:.0f}" for k, v in results["seconds"].items())
         + f". Reproduce: `{REPRODUCE}`.\n",
     ]
+    if made_with:
+        text.append(f"This page is generated from the results files by `{made_with}`; edit that, not this.\n")
     for name, (title, section) in SECTIONS.items():
         if name in r:
             text.append(f"## {title}\n\n{section(r[name])}")
