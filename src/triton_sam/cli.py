@@ -57,7 +57,7 @@ def _export(args, checkpoint: Path | None = None) -> None:
     except ImportError as error:
         raise TritonSamError(
             f"Export needs PyTorch and the model's official package ({error}). Install them with: "
-            "pip install 'triton-sam[export]' (see README: sam2 is built with --no-build-isolation)."
+            "pip install 'triton-sam[export]' (see docs/development.md: sam2 is built with --no-build-isolation)."
         ) from error
     for path in paths:
         print(f"Wrote {path}")
