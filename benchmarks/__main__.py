@@ -51,34 +51,6 @@ def _cmd_bench_hover(args) -> None:
     print(json.dumps(result, indent=2))
 
 
-def _cmd_bench_gui(args) -> None:
-    from . import gui
-
-    result = gui.run(
-        args.model,
-        shape=tuple(args.shape),
-        hover_s=args.duration,
-        backends=tuple(args.backends),
-        seed=args.seed,
-        workdir=args.workdir,
-    )
-    print(json.dumps(result, indent=2))
-
-
-def _cmd_bench_large(args) -> None:
-    from . import large
-
-    result = large.run(
-        args.model,
-        planes=tuple(args.planes),
-        backends=tuple(args.backends),
-        hover_s=args.duration,
-        seed=args.seed,
-        workdir=args.workdir,
-    )
-    print(json.dumps(result, indent=2))
-
-
 def _cmd_bench_predictor(args) -> None:
     from . import predictor
 
@@ -106,13 +78,13 @@ def _cmd_bench_parity(args) -> None:
 
 
 def _cmd_bench_json(args) -> None:
-    """`click|annotators|memory|volume|automatic`: the benchmark with the options given, its result as JSON."""
+    """`click|annotators|memory|volume|automatic|gui|large`: the benchmark with the options given, its result as JSON."""
     from importlib import import_module
 
     options = {name: value for name, value in vars(args).items() if name in _BENCH_OPTIONS and value is not None}
     if "soak_minutes" in options:
         options["soak_s"] = options.pop("soak_minutes") * 60.0
-    for name in ("counts", "client_counts", "shape"):
+    for name in ("counts", "client_counts", "shape", "backends"):
         if name in options:
             options[name] = tuple(options[name])
     print(json.dumps(import_module(f"benchmarks.{args.kind}").run(args.model, **options), indent=2))
@@ -129,6 +101,10 @@ _BENCH_OPTIONS = (
     "planes",
     "repeats",
     "points_per_side",
+    "hover_s",
+    "backends",
+    "seed",
+    "workdir",
 )
 
 
@@ -198,22 +174,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.set_defaults(func=_cmd_bench_hover)
     bench_gui = kinds.add_parser("gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)")
     bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
-    bench_gui.add_argument("--duration", type=float, default=20.0, help="seconds of hovering (about one preview a second)")
+    bench_gui.add_argument(
+        "--duration", dest="hover_s", type=float, default=20.0, help="seconds of hovering (about one preview a second)"
+    )
     bench_gui.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
     bench_gui.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
-    bench_gui.set_defaults(func=_cmd_bench_gui)
+    bench_gui.set_defaults(func=_cmd_bench_json)
     bench_large = kinds.add_parser(
         "large", help="napari on a 20000x20000 uint16 plane: first preview, view encoded, stalls, memory (needs a display; JSON)"
     )
     bench_large.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
     bench_large.add_argument("--planes", nargs="+", default=["multiscale", "numpy"], choices=["multiscale", "numpy"])
     bench_large.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
-    bench_large.add_argument("--duration", type=float, default=10.0, help="seconds of hovering over the view")
+    bench_large.add_argument("--duration", dest="hover_s", type=float, default=10.0, help="seconds of hovering over the view")
     bench_large.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_large.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
-    bench_large.set_defaults(func=_cmd_bench_large)
+    bench_large.set_defaults(func=_cmd_bench_json)
     bench_click = kinds.add_parser("click", help="click to committed mask vs the official predict (JSON)")
     bench_click.add_argument("--clicks", type=int, default=None, help="clicks (default 20)")
     bench_click.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official predictor runs")
