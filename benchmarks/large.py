@@ -227,19 +227,21 @@ def run(
     hover_s: float = 10.0,
     seed: int = 0,
     workdir: Path = Path(".bench"),
+    timed_tiles: int = 2,
 ) -> dict:
     """Each plane with each backend; more than one such run goes one per child process, so that each
-    memory peak is that run's own, not what an earlier one left behind."""
+    memory peak is that run's own, not what an earlier one left behind. `timed_tiles`: tiles encoded
+    alone to time one (the estimate of encoding every tile first)."""
     result = {"benchmark": "large", "model": model_id, "plane_shape": list(shape), "dtype": "uint16", "hover_s": hover_s}
+    how = {"shape": list(shape), "hover_s": hover_s, "timed_tiles": timed_tiles}
     runs = [(plane, backend) for plane in planes for backend in backends]
     if len(runs) == 1:
-        result[f"{planes[0]}_{backends[0]}"] = _plane_run(planes[0], backends[0], model_id, shape, hover_s, seed, workdir)
+        result[f"{planes[0]}_{backends[0]}"] = _plane_run(planes[0], backends[0], model_id, seed, workdir, **how)
         return result
     from .suite import run_in_child
 
     for plane, backend in runs:
-        options = {"planes": [plane], "backends": [backend], "shape": list(shape), "hover_s": hover_s}
-        child = run_in_child("large", options, model_id, seed, workdir)
+        child = run_in_child("large", {"planes": [plane], "backends": [backend], **how}, model_id, seed, workdir)
         key = f"{plane}_{backend}"
         if key not in child:
             raise RuntimeError(f"bench large, {plane} plane, {backend}: {child}")
@@ -247,7 +249,9 @@ def run(
     return result
 
 
-def _plane_run(plane: str, backend: str, model_id: str, shape, hover_s: float, seed: int, workdir: Path) -> dict:
+def _plane_run(
+    plane: str, backend: str, model_id: str, seed: int, workdir: Path, shape, hover_s: float, timed_tiles: int
+) -> dict:
     """One plane ("multiscale" or "numpy") in napari with one backend, its memory peak included."""
     from .fixtures import exported_repository
     from .wire import loopback_server
@@ -259,7 +263,7 @@ def _plane_run(plane: str, backend: str, model_id: str, shape, hover_s: float, s
         if backend == "triton":
             server = servers.enter_context(loopback_server(repository, model_id))
             url, server_pid = server.grpc_url, server.pid
-        encode_s = _tile_encode_s(model_id, backend, repository, url, data)
+        encode_s = _tile_encode_s(model_id, backend, repository, url, data, timed_tiles)
         memory = MemoryPeak(server_pid)
         label = "Triton" if backend == "triton" else "Local"
         result = _backend_run(label, url, model_id, repository, data, hover_s, seed)

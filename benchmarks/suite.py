@@ -3,8 +3,9 @@
 Each benchmark runs with the settings of the chosen profile ("full" for published figures,
 "smoke" to check in seconds that they all run) in a process of its own, so that none inherits
 another's memory, threads or warm caches, and its result is written to the file as soon as it is
-done: an interrupted run keeps what it measured. The napari benchmarks need a display (it runs
-under `xvfb-run` where there is none).
+done: an interrupted run keeps what it measured. The smoke profile starts one Triton server for the
+benchmarks that would each start one on its default settings. The napari benchmarks need a display
+(they run under `xvfb-run` where there is none).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +26,9 @@ import psutil
 
 from triton_sam.gpu import cuda_device_count
 from triton_sam.registry import DEFAULT_MODEL
+
+from .fixtures import exported_repository
+from .wire import loopback_server, shared_server
 
 PROFILES: dict[str, dict[str, dict]] = {
     "full": {
@@ -46,7 +51,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
-        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096)},
+        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096), "timed_tiles": 1},
         "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
         "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
     },
@@ -80,6 +85,12 @@ def machine() -> dict:
     }
 
 
+# Where one server may serve several benchmarks: the smoke profile only checks that each runs (a
+# server start is seconds of it); the full profile gives each its own server, so that none
+# measures another's cache, memory or warm-up.
+SHARED_SERVER_PROFILES = ("smoke",)
+SHARE_THE_SERVER = ("hover", "click", "gui", "memory")  # each starts one on the default settings
+
 RUNNERS = {
     "predictor": "benchmarks.predictor",
     "triton": "benchmarks.triton",
@@ -94,15 +105,17 @@ RUNNERS = {
 }
 
 
-def run_in_child(name: str, options: dict, model_id: str, seed: int, workdir: Path) -> dict:
-    """Run benchmark `name` in a child process (this module's `__main__`); its result, or why not."""
+def run_in_child(name: str, options: dict, model_id: str, seed: int, workdir: Path, env: dict[str, str] | None = None) -> dict:
+    """Run benchmark `name` in a child process (this module's `__main__`), with `env` added to its
+    environment; its result, or why not."""
     command = [sys.executable, "-m", "benchmarks.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
     if name in ("gui", "large") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         if shutil.which("xvfb-run") is None:
             return {"skipped": "no display and no xvfb-run"}
         command = ["xvfb-run", "-a", *command]
     path = os.pathsep.join(p for p in (str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": path})
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path}
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"failed": done.returncode, "stderr_tail": done.stderr[-3000:]}
@@ -134,14 +147,19 @@ def run_all(
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    for name, options in settings.items():
-        if only and name not in only:
-            continue
-        progress(f"bench {name} ...")
-        started = time.perf_counter()
-        results["results"][name] = run_in_child(name, options, model_id, seed, workdir)
-        results["seconds"][name] = round(time.perf_counter() - started, 1)
-        output.write_text(json.dumps(results, indent=2))
+    names = [name for name in settings if not only or name in only]
+    with ExitStack() as stack:
+        env = {}
+        if profile in SHARED_SERVER_PROFILES and set(names) & set(SHARE_THE_SERVER):
+            progress("a Triton server for the benchmarks that take one on its default settings ...")
+            repository = exported_repository(model_id, seed, workdir)
+            env = shared_server(stack.enter_context(loopback_server(repository, model_id)), model_id)
+        for name in names:
+            progress(f"bench {name} ...")
+            started = time.perf_counter()
+            results["results"][name] = run_in_child(name, settings[name], model_id, seed, workdir, env)
+            results["seconds"][name] = round(time.perf_counter() - started, 1)
+            output.write_text(json.dumps(results, indent=2))
     return results
 
 

@@ -161,12 +161,14 @@ def _lock_held(url: str, spec: ModelSpec, calls: int) -> dict:
 def _tile_encodes(url: str, spec: ModelSpec, count: int) -> dict:
     """Milliseconds per tile for `count` new tiles of a large plane sent as `TiledPredictor` sends
     them: `encode_batch` to a request where the session model encodes them together, else one by
-    one. After a warm-up of one such request (a GPU builds its kernels per batch size)."""
+    one. After a warm-up of one such request, as large as the first one measured (a GPU builds its
+    kernels per batch size)."""
     engine = TritonEngine(spec, TritonConnection(url))
     try:
-        tiles = _model_inputs(spec, (spec.input_size, spec.input_size), engine.encode_batch + count)
-        engine.encode_many(tiles[: engine.encode_batch])
-        seconds, _ = timed_call(engine.encode_many, tiles[engine.encode_batch :])
+        warm_up = min(engine.encode_batch, count)
+        tiles = _model_inputs(spec, (spec.input_size, spec.input_size), warm_up + count)
+        engine.encode_many(tiles[:warm_up])
+        seconds, _ = timed_call(engine.encode_many, tiles[warm_up:])
         return {"encode_batch": engine.encode_batch, "tiles": count, "per_tile_ms": 1000 * seconds / count}
     finally:
         engine.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import threading
 from pathlib import Path
@@ -62,7 +64,47 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+SHARED_SERVER = "TRITON_SAM_BENCH_SHARED_SERVER"  # JSON of `shared_server`'s, set by the suite for its children
+
+
+class _SharedServer(LocalTritonServer):
+    """A server that the suite started and stops, as one benchmark sees it: used as its own
+    (`with`, `grpc_url`, `pid`, `session_requests`), neither started nor stopped here."""
+
+    def __init__(self, repository: str, model_id: str, pid: int, ports: dict[str, int], session_batching: bool) -> None:
+        super().__init__(Path(repository), models=(model_id,), session_batching=session_batching, **ports)
+        self._pid = pid
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def __enter__(self) -> LocalTritonServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def shared_server(server: LocalTritonServer, model_id: str) -> dict[str, str]:
+    """The environment that makes `loopback_server` in a child process hand out `server` (running,
+    on the default settings) instead of starting one of its own with the same settings."""
+    about = {
+        "repository": str(Path(server.model_repository).resolve()),
+        "model_id": model_id,
+        "pid": server.pid,
+        "ports": {f"{kind}_port": port for kind, port in server.ports.items()},
+        "session_batching": server.session_batching,
+    }
+    return {SHARED_SERVER: json.dumps(about)}
+
+
 def loopback_server(repository: Path, model_id: str, **options) -> LocalTritonServer:
     """A local Triton server (not started yet) on free loopback ports, serving `model_id` only
-    (the benchmark's work directory may hold other, larger models)."""
+    (the benchmark's work directory may hold other, larger models); or, where the suite shares one
+    server (`shared_server`) and `options` ask for nothing it does not have, that server."""
+    shared = json.loads(os.environ.get(SHARED_SERVER) or "{}")
+    same = shared and (shared["repository"], shared["model_id"]) == (str(Path(repository).resolve()), model_id)
+    if same and options.items() <= {"session_batching": shared["session_batching"]}.items():
+        return _SharedServer(**shared)
     return LocalTritonServer(repository, models=(model_id,), **loopback_ports(), **options)

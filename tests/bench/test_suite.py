@@ -72,3 +72,22 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         assert f"## {title}" in markdown
     assert f"{r['click']['local']['ratio_to_reference']:.2f}" in markdown
     assert "(plots/annotators.png)" in markdown
+
+
+def test_the_smoke_profile_s_shared_server_is_handed_out_only_for_the_default_settings(tmp_path, monkeypatch):
+    from benchmarks import wire
+    from triton_sam.server.local import LocalTritonServer
+
+    require_server_env()
+    running = LocalTritonServer(tmp_path, models=("sam2.1_hiera_tiny",), **wire.loopback_ports())  # stands in, not started
+    running._process = type("Process", (), {"pid": 4321})()
+    for name, value in wire.shared_server(running, "sam2.1_hiera_tiny").items():
+        monkeypatch.setenv(name, value)
+
+    with wire.loopback_server(tmp_path, "sam2.1_hiera_tiny") as shared:  # neither started nor stopped here
+        assert (shared.grpc_url, shared.pid) == (running.grpc_url, 4321)
+    batching = running.session_batching  # the default's: off without a GPU
+    assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=batching).pid == 4321
+    assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=not batching).pid is None  # its own
+    assert wire.loopback_server(tmp_path / "other", "sam2.1_hiera_tiny").pid is None
+    assert wire.loopback_server(tmp_path, "mobile_sam").pid is None

@@ -179,7 +179,7 @@ class LocalTritonServer:
             raise TritonSamError("TLS needs both a certificate and its private key.")
         self.tls_cert, self.tls_key = tls_cert, tls_key
         # On a CPU the session model runs decodes one by one anyway, Triton's dynamic batcher
-        # delays the request after a cancelled one (README, Serving), and tiles encoded together
+        # delays the request after a cancelled one (docs/serving.md), and tiles encoded together
         # take longer than one by one (4 of SAM2.1 tiny: 5.0 s against 4.2 s on 2 cores).
         self.session_batching = cuda_device_count() > 0 if session_batching is None else session_batching
         self._workdir: Path | None = None
