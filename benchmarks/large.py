@@ -190,7 +190,7 @@ def _tile_encode_s(model_id: str, backend: str, repository: Path, url: str | Non
         return float(np.median([timed_call(predictor.tile_features, tile)[0] for tile in predictor.tiles[-tiles:]]))
 
 
-def _backend_run(backend: str, url: str | None, model_id: str, repository: Path, data, trace_s: float, seed: int) -> dict:
+def _backend_run(backend: str, url: str | None, model_id: str, repository: Path, data, trace_s: float, seed: int, window) -> dict:
     shape = (data[0] if isinstance(data, list) else data).shape
     import napari
 
@@ -198,7 +198,7 @@ def _backend_run(backend: str, url: str | None, model_id: str, repository: Path,
 
     viewer = napari.Viewer(show=True)
     try:
-        viewer.window._qt_window.resize(1600, 1000)
+        viewer.window._qt_window.resize(*window)
         image = viewer.add_image(data, name="large", multiscale=isinstance(data, list), contrast_limits=(0, 40000))
         widget = open_widget(viewer, backend, url, model_id, repository)
         camera = bindings.camera(viewer)
@@ -228,12 +228,14 @@ def run(
     seed: int = 0,
     workdir: Path = Path(".bench"),
     timed_tiles: int = 2,
+    window: tuple[int, int] = (1600, 1000),
 ) -> dict:
     """Each plane with each backend; more than one such run goes one per child process, so that each
     memory peak is that run's own, not what an earlier one left behind. `timed_tiles`: tiles encoded
-    alone to time one (the estimate of encoding every tile first)."""
+    alone to time one (the estimate of encoding every tile first); `window`: napari's window size
+    (width, height), which sets how many tiles are in view."""
     result = {"benchmark": "large", "model": model_id, "plane_shape": list(shape), "dtype": "uint16", "hover_s": hover_s}
-    how = {"shape": list(shape), "hover_s": hover_s, "timed_tiles": timed_tiles}
+    how = {"shape": list(shape), "hover_s": hover_s, "timed_tiles": timed_tiles, "window": list(window)}
     runs = [(plane, backend) for plane in planes for backend in backends]
     if len(runs) == 1:
         result[f"{planes[0]}_{backends[0]}"] = _plane_run(planes[0], backends[0], model_id, seed, workdir, **how)
@@ -250,7 +252,7 @@ def run(
 
 
 def _plane_run(
-    plane: str, backend: str, model_id: str, seed: int, workdir: Path, shape, hover_s: float, timed_tiles: int
+    plane: str, backend: str, model_id: str, seed: int, workdir: Path, shape, hover_s: float, timed_tiles: int, window
 ) -> dict:
     """One plane ("multiscale" or "numpy") in napari with one backend, its memory peak included."""
     from .fixtures import exported_repository
@@ -266,7 +268,7 @@ def _plane_run(
         encode_s = _tile_encode_s(model_id, backend, repository, url, data, timed_tiles)
         memory = MemoryPeak(server_pid)
         label = "Triton" if backend == "triton" else "Local"
-        result = _backend_run(label, url, model_id, repository, data, hover_s, seed)
+        result = _backend_run(label, url, model_id, repository, data, hover_s, seed, window)
         result["memory"] = memory.stop()
         result["tiles"]["encode_s"] = encode_s
     result["reference_encode_all_s"] = result["tiles"]["plane"] * encode_s  # estimated, see the docstring

@@ -51,7 +51,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
-        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096), "timed_tiles": 1},
+        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096), "timed_tiles": 1, "window": (1000, 700)},
         "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
         "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
     },
@@ -89,7 +89,7 @@ def machine() -> dict:
 # server start is seconds of it); the full profile gives each its own server, so that none
 # measures another's cache, memory or warm-up.
 SHARED_SERVER_PROFILES = ("smoke",)
-SHARE_THE_SERVER = ("hover", "click", "gui", "memory")  # each starts one on the default settings
+SHARE_THE_SERVER = ("triton", "hover", "click", "gui", "memory")  # each starts one on the default settings (triton: one of two)
 
 RUNNERS = {
     "predictor": "benchmarks.predictor",
