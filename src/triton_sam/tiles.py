@@ -105,22 +105,6 @@ def tile_grid(shape: tuple[int, int], size: int, overlap: int = TILE_OVERLAP, st
     ]
 
 
-def prompt_corners(point_coords: np.ndarray | None = None, box: np.ndarray | Sequence[float] | None = None) -> np.ndarray:
-    """The points that must lie in the tile: every point and both corners of the box, (x, y)."""
-    parts = [np.zeros((0, 2))]
-    if point_coords is not None:
-        parts.append(np.asarray(point_coords, np.float64).reshape(-1, 2))
-    if box is not None:
-        parts.append(np.asarray(box, np.float64).reshape(-1, 2))
-    return np.concatenate(parts)
-
-
-def prompts_in_tile(tile: Tile, point_coords=None, box=None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Points (N x 2) and a box (4) given in plane pixels, in `tile`'s pixels (None stays None)."""
-    points = None if point_coords is None else tile.to_tile(np.asarray(point_coords, np.float64).reshape(-1, 2))
-    return points, None if box is None else tile.to_tile(np.asarray(box, np.float64).reshape(2, 2)).reshape(4)
-
-
 def tile_for_prompts(tiles: Sequence[Tile], corners: np.ndarray) -> Tile:
     """Of the tiles that hold all of `corners` ((x, y) [N, 2]: see `Prompts.corners`), the one with
     the most context around them (`Tile.holds`, `Tile.margin`)."""
