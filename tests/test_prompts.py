@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 from triton_sam.errors import InvalidInputError
-from triton_sam.prompts import build_request, model_request
+from triton_sam.prompts import Prompts, build_request, model_request
 from triton_sam.registry import get_model
+from triton_sam.tiles import Tile
 
 SIZE = (200, 400)  # H, W
 
@@ -70,3 +71,35 @@ def test_unnormalized_coordinates_are_taken_as_fractions():
 def test_bad_prompts_are_rejected(prompts, message):
     with pytest.raises(InvalidInputError, match=message):
         request(**prompts)
+
+
+def test_a_prompts_value_goes_from_the_plane_to_a_tile_to_the_request_as_the_arrays_would():
+    prompts = Prompts.of(point_coords=[[1300.5, 900.0]], point_labels=[0], box=[1200, 800, 1400, 1000])
+    assert prompts == Prompts(((1300.5, 900.0),), (0,), (1200.0, 800.0, 1400.0, 1000.0)) and not prompts.empty
+    np.testing.assert_array_equal(prompts.corners(), [[1300.5, 900.0], [1200, 800], [1400, 1000]])
+    in_tile = prompts.in_tile(Tile(768, 1024, 1792, 2048))
+    assert in_tile == Prompts(((276.5, 132.0),), (0,), (176.0, 32.0, 376.0, 232.0))
+    spec = get_model("sam2.1_hiera_tiny")
+    got = in_tile.with_point((10, 20)).request(spec, (1024, 1024), logits_above=0.0)
+    expected = model_request(
+        spec, (1024, 1024), point_coords=[[276.5, 132], [10, 20]], point_labels=[0, 1], box=[176, 32, 376, 232], logits_above=0.0
+    )
+    np.testing.assert_array_equal(got.point_coords, expected.point_coords)
+    np.testing.assert_array_equal(got.point_labels, expected.point_labels)
+    assert got.logits_above == 0.0 and Prompts().empty and Prompts(box=(0, 0, 1, 1)).corners().shape == (2, 2)
+
+
+def test_a_prompts_value_is_checked_as_a_request_is():
+    with pytest.raises(InvalidInputError, match="at least one point"):
+        Prompts.of()
+    with pytest.raises(InvalidInputError, match="1 \\(positive\\) or 0"):
+        Prompts.of(point_coords=[[1, 1]], point_labels=[5])
+    with pytest.raises(InvalidInputError, match="one prompt set"):
+        Prompts.of(box=[[0, 0, 1, 1], [0, 0, 2, 2]])
+    for outside in (Prompts(((-30.0, -30.0),), (1,)), Prompts(box=(0.0, 0.0, 500.0, 10.0))):
+        with pytest.raises(InvalidInputError) as refused:
+            outside.check_inside(SIZE)
+        with pytest.raises(InvalidInputError) as expected:
+            outside.request(get_model("sam2.1_hiera_tiny"), SIZE)
+        assert str(refused.value) == str(expected.value) and "outside the image (x in 0..400, y in 0..200" in str(refused.value)
+    Prompts(((400.0, 200.0),), (1,), (0.0, 0.0, 400.0, 200.0)).check_inside(SIZE)  # the edges are the image's

@@ -487,6 +487,20 @@ def test_prompts_no_tile_holds_are_refused_and_change_nothing(big_session):
     assert committed is not None and committed.offset == (0, 0)
 
 
+def test_prompts_off_a_large_plane_are_refused_as_the_predictor_refuses_them_and_its_edges_are_on_it(big_session):
+    from triton_sam.errors import InvalidInputError
+
+    session = big_session
+    with pytest.raises(InvalidInputError, match=r"Point \(-30, 10\) lies outside the image \(x in 0..3000, y in 0..2600"):
+        session.add_point(-30, 10)
+    with pytest.raises(InvalidInputError, match=r"Box corner \(3100, 300\) lies outside the image"):
+        session.set_box(2900, 100, 3100, 300)
+    assert session.object.empty
+    session.add_point(BIG_W - 0.25, 1400)  # in the last pixel column
+    decoded = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    assert decoded.tile.x1 == BIG_W and session.object.points == [(BIG_W - 0.25, 1400.0)]
+
+
 @pytest.mark.parametrize("encode_or_prefetch", ["encode_tiles", "prefetch"])
 def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, encode_or_prefetch):
     """From slow storage, a tile's read overlaps the encode of the tile before it (on a GPU server
@@ -556,7 +570,7 @@ def test_zoomed_out_coarse_tiles_hold_large_objects_preview_reduced_and_commit_a
 
     session.set_plane(("zoomed out", 0), ZOOMED_OUT)
     x, y, r = LARGE_DISK
-    native = next(t for t in session.tiles if t.margin(np.array([[x, y]])) >= 0)
+    native = next(t for t in session.tiles if t.holds(np.array([[x, y]])))
     session.encode_tiles([native])
     session.hover(x, y)
     cut = session.previews.wait_for(lambda p: p is not None and p.point == (x, y))
@@ -649,7 +663,7 @@ def test_coarse_tiles_beyond_the_pyramid_are_reduced_while_read_a_band_at_a_time
 def test_tiles_of_a_plane_not_shown_are_prefetched_into_the_cache_until_asked_to_stop(big_session):
     session = big_session
     other = disk_image(BIG_H, BIG_W, [(1450, 896, 70)])
-    wanted = [t for t in session.tiles if t.margin(np.array([[1450, 896]])) >= 0] + [session.tiles[0]]  # 3 contents
+    wanted = [t for t in session.tiles if t.holds(np.array([[1450, 896]]))] + [session.tiles[0]]  # 3 contents
     misses, hits = session.cache.misses, session.cache.hits
     session.prefetch(other, tiles=wanted, should_stop=lambda: session.cache.misses - misses >= 2)
     assert session.cache.misses - misses == 2  # stopped before the third

@@ -9,7 +9,8 @@ import pytest
 from synthetic import SlowReads, disk_image, slow_encodes
 from triton_sam import Predictor
 from triton_sam.errors import InvalidInputError
-from triton_sam.tiled_predictor import TiledPredictor, sampled_limits
+from triton_sam.planes import sampled_limits
+from triton_sam.tiled_predictor import TiledPredictor
 from triton_sam.tiles import Tile
 
 H, W = 2600, 3000  # tiled: over 2 x 1024 px; tiles start at x 0, 768, 1536, 1976 and y 0, 768, 1536, 1576
@@ -136,3 +137,43 @@ def test_through_triton_the_server_encodes_the_tiles_and_the_masks_are_the_same(
     assert got[3] == expected[3] and remote.engine.describe().startswith("Triton")
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], atol=1e-5)
+
+
+@pytest.mark.parametrize("x", [1299.75, 1300.0], ids=["in-the-last-pixel-column", "on-the-right-edge"])
+def test_a_point_on_a_small_planes_last_pixel_column_is_taken_as_the_predictor_takes_it(tiled, synthetic_repository, x):
+    """The plane spans x 0..W, y 0..H for tiles as for prompts (`Predictor` takes x = W)."""
+    small = disk_image(700, 1300, [(1250, 500, 80)])
+    tiled.set_image(small)
+    got = tiled.predict(point_coords=[[x, 500]], point_labels=[1])
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(small)
+        expected = predictor.predict(point_coords=[[x, 500]], point_labels=[1])
+    for ours, theirs in zip(got, expected):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_a_point_in_a_large_planes_last_pixel_column_is_decoded_with_the_last_tile(tiled, plane):
+    tiled.set_image(plane)
+    masks, _, _, tile = tiled.predict_in_tile(point_coords=[[W - 0.25, 1400]], point_labels=[1])
+    assert tile.x1 == W and masks.shape == (3, *tile.shape)
+
+
+@pytest.mark.parametrize("size", [(700, 1300), (H, W)], ids=["small", "tiled"])
+@pytest.mark.parametrize(
+    "prompts",
+    [
+        {"point_coords": [[-30, -30]], "point_labels": [1]},
+        {"point_coords": [[100, 100]], "point_labels": [1], "box": [50, 50, 90, 99999]},
+    ],
+    ids=["point", "box"],
+)
+def test_prompts_outside_the_plane_are_refused_with_the_predictors_message(tiled, synthetic_repository, size, prompts):
+    tiled.set_image(np.zeros(size, np.uint8))
+    with pytest.raises(InvalidInputError) as refused:
+        tiled.predict(**prompts)
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(np.zeros(size, np.uint8))
+        with pytest.raises(InvalidInputError) as expected:
+            predictor.predict(**prompts)
+    assert str(refused.value) == str(expected.value) and "lies outside the image" in str(refused.value)
+    assert len(tiled.cache) == 0

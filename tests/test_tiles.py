@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triton_sam.errors import InvalidInputError
-from triton_sam.tiles import TILE_OVERLAP, Tile, needs_tiling, place, prompt_corners, tile_for_prompts, tile_grid
+from triton_sam.prompts import Prompts
+from triton_sam.tiles import TILE_OVERLAP, Tile, needs_tiling, place, tile_for_prompts, tile_grid
 
 
 @given(st.integers(1, 6000), st.integers(1, 6000))
@@ -47,15 +48,27 @@ def test_small_planes_are_one_tile_and_encoded_whole():
 
 def test_the_prompts_go_to_the_tile_that_holds_them_all_farthest_from_its_edges():
     tiles = tile_grid((3000, 3000), 1024)
-    near_a_border = prompt_corners(np.array([[1000.0, 500.0]]))  # inside tiles starting at x 0 and 768
+    near_a_border = Prompts(((1000.0, 500.0),), (1,)).corners()  # inside tiles starting at x 0 and 768
     assert tile_for_prompts(tiles, near_a_border).x0 == 768  # 232 px from that tile's edge, 23 from the other's
-    with_box = prompt_corners(np.array([[1500.0, 1500.0]]), np.array([1300.0, 1300.0, 1700.0, 1750.0]))
+    with_box = Prompts(((1500.0, 1500.0),), (1,), (1300.0, 1300.0, 1700.0, 1750.0)).corners()
     chosen = tile_for_prompts(tiles, with_box)
-    assert chosen.margin(with_box) >= 0 and (chosen.x0 <= 1300 and chosen.x1 > 1700 and chosen.y0 <= 1300 and chosen.y1 > 1750)
-    with pytest.raises(InvalidInputError, match="no 1024x1024 tile holds them all"):
-        tile_for_prompts(tiles, prompt_corners(np.array([[100.0, 100.0], [2000.0, 100.0]])))
+    assert chosen.holds(with_box) and (chosen.x0 <= 1300 and chosen.x1 > 1700 and chosen.y0 <= 1300 and chosen.y1 > 1750)
+    in_the_middle = Prompts(((896.0, 500.0),), (1,)).corners()  # of the overlap of the tiles at x 0 and 768
+    assert tile_for_prompts(tiles, in_the_middle).x0 == 768  # 128.5 px from its edge as the model sees it, 127.5
+    with pytest.raises(InvalidInputError, match="x 100..2000, y 100..100: no 1024x1024 tile holds them all"):
+        tile_for_prompts(tiles, Prompts(((100.0, 100.0), (2000.0, 100.0)), (1, 1)).corners())
     with pytest.raises(InvalidInputError, match="at least one point"):
-        tile_for_prompts(tiles, prompt_corners())
+        tile_for_prompts(tiles, Prompts().corners())
+
+
+def test_a_tile_holds_the_points_an_image_of_its_size_takes_edges_included():
+    """A tile holds x0..x1, y0..y1 as an image of w x h pixels takes prompts x 0..w, y 0..h."""
+    tile = Tile(100, 200, 1124, 1224)
+    assert tile.holds(np.array([[200.0, 100.0], [1224.0, 1124.0], [1223.75, 500.0]]))
+    assert not tile.holds(np.array([[199.75, 500.0]])) and not tile.holds(np.array([[500.0, 1124.25]]))
+    assert tile.margin(np.array([[700.0, 600.0]])) == 500.5  # from the edges at x0 - 0.5, y0 - 0.5, as SAM sees the tile
+    last_column = Prompts(((2999.75, 1400.0),), (1,)).corners()
+    assert tile_for_prompts(tile_grid((2600, 3000), 1024), last_column).x1 == 3000
 
 
 def test_masks_and_logits_are_placed_at_the_tile_on_the_plane():

@@ -1,8 +1,12 @@
 """Validate user prompts and turn them into the decoder's point/label tensors.
 
-Coordinates are (x, y) in original image pixels. A box becomes two corner points labelled 2 and 3,
-ordered as the model's official predictor does: before the clicks for SAM2, after them for SAM1,
-which also needs a padding point (label -1) when there is no box.
+Coordinates are (x, y) in original image pixels; an image of H x W pixels spans x 0..W, y 0..H
+(edges included), and so does a tile of a plane (see `tiles`). A box becomes two corner points
+labelled 2 and 3, ordered as the model's official predictor does: before the clicks for SAM2, after
+them for SAM1, which also needs a padding point (label -1) when there is no box.
+
+`Prompts` is one prompt set as a value: an object's prompts go from the plane to the tile that
+decodes them (`Prompts.in_tile`) to the decoder's request (`Prompts.request`) in that one form.
 """
 
 from __future__ import annotations
@@ -14,6 +18,11 @@ import numpy as np
 from . import contract
 from .errors import InvalidInputError
 from .registry import SAM1_PROMPTS, SAM2_PROMPTS, ModelSpec
+from .tiles import Tile
+
+Point = tuple[float, float]  # (x, y)
+Box = tuple[float, float, float, float]  # (x0, y0, x1, y1)
+NO_PROMPTS = "Give at least one point (point_coords + point_labels) or a box."
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,7 @@ def build_request(
     points = _points(point_coords, point_labels)
     boxes = _boxes(box)
     if points is None and boxes is None:
-        raise InvalidInputError("Give at least one point (point_coords + point_labels) or a box.")
+        raise InvalidInputError(NO_PROMPTS)
     extent = (width, height) if normalize_coords else (1.0, 1.0)
     if points is not None:
         _check_inside("Point", points[0], *extent)
@@ -165,3 +174,59 @@ def model_request(spec: ModelSpec, image_size: tuple[int, int], **prompts) -> De
         prompt_format=spec.prompt_format,
         **prompts,
     )
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """One prompt set in one image's pixels: points (x, y) with their labels (1 positive, 0
+    negative) and at most one box (x0, y0, x1, y1)."""
+
+    points: tuple[Point, ...] = ()
+    labels: tuple[int, ...] = ()
+    box: Box | None = None
+
+    @classmethod
+    def of(cls, point_coords=None, point_labels=None, box=None) -> Prompts:
+        """One prompt set given as `Predictor.predict` takes it (points N x 2, labels N, box 4),
+        checked as `build_request` checks it (the same messages)."""
+        points, boxes = _points(point_coords, point_labels), _boxes(box)
+        if points is None and boxes is None:
+            raise InvalidInputError(NO_PROMPTS)
+        if (points is not None and len(points[0]) > 1) or (boxes is not None and len(boxes) > 1):
+            raise InvalidInputError("Give one prompt set (points N x 2, labels N, a box of 4) at a time.")
+        xy = () if points is None else tuple(map(tuple, np.asarray(point_coords, np.float64).reshape(-1, 2).tolist()))
+        labels = () if points is None else tuple(points[1].reshape(-1).tolist())
+        return cls(xy, labels, None if boxes is None else tuple(np.asarray(box, np.float64).reshape(4).tolist()))
+
+    @property
+    def empty(self) -> bool:
+        return not self.points and self.box is None
+
+    def with_point(self, xy: Point, label: int = contract.LABEL_POSITIVE) -> Prompts:
+        """These prompts and one more point."""
+        return Prompts((*self.points, (float(xy[0]), float(xy[1]))), (*self.labels, int(label)), self.box)
+
+    def corners(self) -> np.ndarray:
+        """Every point and both corners of the box, (x, y) float64 [N, 2]: what must lie in a tile."""
+        return np.array([*self.points, *(() if self.box is None else (self.box[:2], self.box[2:]))], np.float64).reshape(-1, 2)
+
+    def check_inside(self, image_size: tuple[int, int]) -> None:
+        """Refuse (InvalidInputError) prompts outside an image of `image_size` (H, W), as `build_request` does."""
+        height, width = image_size
+        if self.points:
+            _check_inside("Point", np.array(self.points, np.float32), width, height)
+        if self.box is not None:
+            _check_inside("Box corner", np.array(self.box, np.float32).reshape(2, 2), width, height)
+
+    def in_tile(self, tile: Tile) -> Prompts:
+        """The same prompts in `tile`'s pixels (from the plane's)."""
+        points = tile.to_tile(np.array(self.points, np.float64).reshape(-1, 2)).tolist()
+        box = None if self.box is None else tuple(tile.to_tile(np.array(self.box, np.float64).reshape(2, 2)).reshape(4).tolist())
+        return Prompts(tuple(map(tuple, points)), self.labels, box)
+
+    def request(self, spec: ModelSpec, image_size: tuple[int, int], **options) -> DecodeRequest:
+        """The decoder's request for these prompts on an image (a tile) of `image_size` (H, W) in
+        `spec`'s input; `options`: `build_request`'s (`mask_input`, `logits_above`, `best_of_multimask`)."""
+        points = np.array(self.points, np.float64) if self.points else None
+        labels = np.array(self.labels) if self.points else None
+        return model_request(spec, image_size, point_coords=points, point_labels=labels, box=self.box, **options)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -10,22 +9,12 @@ import numpy as np
 
 from .engines import CancelToken, Engine, ImageFeatures, create_engine
 from .features import FeatureCache
-from .image import ContrastLimits, ReadAhead, encoder_input, read_window
+from .image import ContrastLimits
+from .planes import Plane
 from .predictor import EngineOwner, decode_masks
-from .prompts import model_request
+from .prompts import Prompts
 from .registry import DEFAULT_MODEL, get_model
-from .tiles import (
-    TILE_OVERLAP,
-    Tile,
-    needs_tiling,
-    place,
-    prompt_corners,
-    prompts_in_tile,
-    tile_for_prompts,
-    tile_grid,
-)
-
-LIMITS_SAMPLE_SIDE = 2048  # contrast limits of a non-uint8 plane come from at most ~this^2 pixels
+from .tiles import TILE_OVERLAP, Tile, place
 
 
 class TiledPredictor(EngineOwner):
@@ -58,14 +47,17 @@ class TiledPredictor(EngineOwner):
         self.cache = cache or FeatureCache(self.engine)
         self.overlap = overlap
         self.mask_threshold = mask_threshold
-        self.tiles: list[Tile] = []
-        self._plane = None
-        self._contrast: ContrastLimits | None = None
+        self._plane: Plane | None = None
 
     @property
     def original_size(self) -> tuple[int, int] | None:
         """(H, W) of the plane that was set."""
-        return None if self._plane is None else tuple(self._plane.shape[:2])
+        return None if self._plane is None else self._plane.size
+
+    @property
+    def tiles(self) -> list[Tile]:
+        """The tiles of the plane that was set (one, the whole plane, unless it is large)."""
+        return [] if self._plane is None else self._plane.tiles
 
     def set_image(self, image, contrast_limits: ContrastLimits | None = None, step: int = 1) -> None:
         """Take the plane (HxW or HxWxC); non-uint8 planes are scaled to uint8 with `contrast_limits`
@@ -73,22 +65,15 @@ class TiledPredictor(EngineOwner):
         see the class docstring."""
         if getattr(image, "ndim", 0) not in (2, 3):
             raise ValueError(f"Expected a plane of shape HxW or HxWxC, got shape {getattr(image, 'shape', None)}.")
-        self._plane, self._contrast = image, plane_limits(image, contrast_limits)
-        shape = tuple(image.shape[:2])
-        whole = not needs_tiling(shape, self.spec.input_size)
-        self.tiles = [Tile(0, 0, *shape)] if whole else tile_grid(shape, self.spec.input_size, self.overlap, step)
+        self._plane = Plane(image, self.cache, contrast_limits=contrast_limits, step=step, overlap=self.overlap)
 
     def reset_predictor(self) -> None:
-        self._plane, self._contrast, self.tiles = None, None, []
+        self._plane = None
 
     def tile_features(self, tile: Tile) -> ImageFeatures:
         """The features of one tile (encoded now unless cached)."""
         self._require_image()
-        return self.cache.features(self._tile_input(tile))
-
-    def _tile_input(self, tile: Tile) -> np.ndarray:
-        window = read_window(self._plane, tile.y0, tile.y1, tile.x0, tile.x1, self.spec.max_read_side)
-        return encoder_input(window, self.spec, self._contrast)
+        return self._plane.features(tile)
 
     def encode_tiles(self, tiles: Sequence[Tile] | None = None, on_progress: Callable[[int, int], None] | None = None) -> None:
         """Encode `tiles` (default: all) ahead of prompts, `Engine.encode_batch` at a time, each
@@ -96,13 +81,9 @@ class TiledPredictor(EngineOwner):
         total)` after each."""
         self._require_image()
         tiles = self.tiles if tiles is None else tiles
-        done = 0
-        with ReadAhead(self._tile_input) as ahead:
-            for batch, model_inputs in ahead.in_batches(tiles, self.engine.encode_batch):
-                self.cache.features_many(model_inputs)
-                done += len(batch)
-                if on_progress is not None:
-                    on_progress(done, len(tiles))
+        for done, _ in self._plane.encode_tiles(tiles):
+            if on_progress is not None:
+                on_progress(done, len(tiles))
 
     def predict_in_tile(
         self,
@@ -116,9 +97,9 @@ class TiledPredictor(EngineOwner):
         """Masks [C, h, w] of the tile that decodes the prompts (plane coordinates in), with scores,
         low-res logits and that tile: no plane-sized arrays, for planes too large for them."""
         self._require_image()
-        tile = tile_for_prompts(self.tiles, prompt_corners(point_coords, box))
-        points, tile_box = prompts_in_tile(tile, point_coords, box)
-        request = model_request(self.spec, tile.shape, point_coords=points, point_labels=point_labels, box=tile_box)
+        prompts = Prompts.of(point_coords, point_labels, box)
+        tile = self._plane.tile_for(prompts)
+        request = prompts.in_tile(tile).request(self.spec, tile.shape)
         features = self.tile_features(tile)
         masks, scores, low_res = decode_masks(
             self.engine, features, request, tile.shape, multimask_output, return_logits, self.mask_threshold, cancel
@@ -143,18 +124,3 @@ class TiledPredictor(EngineOwner):
     def _require_image(self) -> None:
         if self._plane is None:
             raise RuntimeError("A plane must be set with .set_image(...) before mask prediction.")
-
-
-def plane_limits(image, contrast_limits: ContrastLimits | None) -> ContrastLimits | None:
-    """The contrast limits every tile of `image` is scaled with: those given, else (not uint8)
-    those of a strided sample."""
-    if contrast_limits is None and np.dtype(image.dtype) not in (np.uint8, np.bool_):
-        return sampled_limits(image)
-    return contrast_limits
-
-
-def sampled_limits(image) -> tuple[float, float]:
-    """Min and max of every n-th pixel of a plane (n so that about `LIMITS_SAMPLE_SIDE`^2 are read)."""
-    step = max(1, math.ceil(max(image.shape[:2]) / LIMITS_SAMPLE_SIDE))
-    sample = np.asarray(image[::step, ::step])
-    return float(sample.min()), float(sample.max())

@@ -11,6 +11,9 @@ so that the view needs few tiles and objects as large as the view fit one. All p
 object are decoded with one tile: of the tiles that hold every point and the whole box, the one
 whose nearest edge is farthest from them (the most context around the object). Prompts that no
 tile holds (an object wider than a tile less its overlap) are refused with a message that says so.
+A tile holds the points x0..x1, y0..y1, edges included, as an image of its size takes prompts
+x 0..W, y 0..H (`prompts`); its context around them is measured as the model sees the tile (SAM
+takes a point at x for the centre of pixel x: the tile's edges lie at x0 - 0.5 and x1 - 0.5).
 """
 
 from __future__ import annotations
@@ -57,9 +60,14 @@ class Tile:
         """Index of the tile in a plane array: `plane[tile.window]`."""
         return slice(self.y0, self.y1), slice(self.x0, self.x1)
 
+    def holds(self, xy: np.ndarray) -> bool:
+        """Whether all the points `xy` (N x 2, (x, y)) lie on the tile: x0..x1, y0..y1, edges included."""
+        x, y = xy[:, 0], xy[:, 1]
+        return bool(np.all((x >= self.x0) & (x <= self.x1) & (y >= self.y0) & (y <= self.y1)))
+
     def margin(self, xy: np.ndarray) -> float:
-        """Distance of the nearest of the points `xy` (N x 2, pixel centres at integers) to an
-        edge of the tile; negative when a point lies outside."""
+        """The context around the points `xy` (N x 2, (x, y)): the distance of the nearest to an
+        edge of the tile as the model sees it (at x0 - 0.5, x1 - 0.5, y0 - 0.5, y1 - 0.5)."""
         x, y = xy[:, 0], xy[:, 1]
         return float(np.min([x - (self.x0 - 0.5), (self.x1 - 0.5) - x, y - (self.y0 - 0.5), (self.y1 - 0.5) - y]))
 
@@ -97,36 +105,23 @@ def tile_grid(shape: tuple[int, int], size: int, overlap: int = TILE_OVERLAP, st
     ]
 
 
-def prompt_corners(point_coords: np.ndarray | None = None, box: np.ndarray | Sequence[float] | None = None) -> np.ndarray:
-    """The points that must lie in the tile: every point and both corners of the box, (x, y)."""
-    parts = [np.zeros((0, 2))]
-    if point_coords is not None:
-        parts.append(np.asarray(point_coords, np.float64).reshape(-1, 2))
-    if box is not None:
-        parts.append(np.asarray(box, np.float64).reshape(-1, 2))
-    return np.concatenate(parts)
-
-
-def prompts_in_tile(tile: Tile, point_coords=None, box=None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Points (N x 2) and a box (4) given in plane pixels, in `tile`'s pixels (None stays None)."""
-    points = None if point_coords is None else tile.to_tile(np.asarray(point_coords, np.float64).reshape(-1, 2))
-    return points, None if box is None else tile.to_tile(np.asarray(box, np.float64).reshape(2, 2)).reshape(4)
-
-
 def tile_for_prompts(tiles: Sequence[Tile], corners: np.ndarray) -> Tile:
-    """The tile that holds all of `corners` (see `prompt_corners`) farthest from its edges."""
+    """Of the tiles that hold all of `corners` ((x, y) [N, 2]: see `Prompts.corners`), the one with
+    the most context around them (`Tile.holds`, `Tile.margin`)."""
     if not len(corners):
         raise InvalidInputError("Give at least one point or a box.")
-    bounds = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], np.float64)[:, :, None] - 0.5  # pixel edges
+    bounds = np.array([(t.x0, t.y0, t.x1, t.y1) for t in tiles], np.float64)[:, :, None]
     x, y = corners[:, 0], corners[:, 1]
-    edge_distances = [x - bounds[:, 0], bounds[:, 2] - x, y - bounds[:, 1], bounds[:, 3] - y]  # each tiles x corners
-    margins = np.min(np.min(edge_distances, axis=0), axis=1)  # Tile.margin of every tile at once
+    edge_distances = np.array([x - bounds[:, 0], bounds[:, 2] - x, y - bounds[:, 1], bounds[:, 3] - y])  # 4 x tiles x corners
+    holds = edge_distances.min(axis=(0, 2)) >= 0  # Tile.holds of every tile at once
+    as_seen = edge_distances + np.array([0.5, -0.5, 0.5, -0.5])[:, None, None]  # from the edges as the model sees them
+    margins = np.where(holds, as_seen.min(axis=(0, 2)), -np.inf)  # Tile.margin of the tiles that hold them
     best = int(np.argmax(margins))
-    if margins[best] < 0:
+    if not holds[best]:
         (x0, y0), (x1, y1) = corners.min(axis=0), corners.max(axis=0)
         tile_h, tile_w = tiles[0].shape
         raise InvalidInputError(
-            f"The prompts span x {x0:.0f}-{x1:.0f}, y {y0:.0f}-{y1:.0f}: no {tile_w}x{tile_h} tile holds them all. "
+            f"The prompts span x {x0:g}..{x1:g}, y {y0:g}..{y1:g}: no {tile_w}x{tile_h} tile holds them all. "
             "Segment the object in parts (prompts close together), or with coarser tiles (in napari: zoom out)."
         )
     return tiles[best]
