@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,31 @@ if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("t
 
 SYNTHETIC_MODEL = "sam2.1_hiera_tiny"
 PARITY_SEED = 0
+TESTS = Path(__file__).parent
+# Run first, before any server of the session starts and while this process holds little: the
+# parity tests here hold the suite's largest models (SAM3's official model beside our export of it).
+FIRST = TESTS / "export"
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: not Path(item.path).is_relative_to(FIRST))  # stable: the rest keep their order
+
+
+def release_memory() -> None:
+    """Collect garbage and give the freed heap back to the system (glibc keeps it for reuse
+    otherwise, and this process's later tests would not use it: gigabytes after an official model)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_memory_after_each_module():
+    """After a module's own fixtures (its models, its servers) are gone."""
+    yield
+    release_memory()
 
 
 @pytest.fixture(scope="session")

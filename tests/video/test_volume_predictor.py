@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.fixtures import bench_volume, official_fills_holes, official_video_predictor, official_volume_state
 from benchmarks.parity import mask_iou
-from conftest import PARITY_SEED, require_export_extra
+from conftest import PARITY_SEED, release_memory, require_export_extra
 from synthetic import ReadLog, SlowReads, slow_encodes
 from triton_sam.errors import InvalidInputError
 from triton_sam.video import VolumePredictor
@@ -30,12 +30,16 @@ H, W = SHAPE
 _DISK = (0.42 * H, 0.33 * W, 0.1 * H)
 
 # Steps: ("points" | "mask", plane, object, keywords) or ("propagate", keywords).
+# 16 planes clicked on plane 7 fill the windows SAM2.1 attends to, each way: the last two planes
+# forwards and the first backwards attend to all 7 memories (the prompted plane's and the 6 nearest,
+# older ones left out); backwards, the first plane takes 15 object pointers (the most its search
+# looks back), the forward pass's among them.
 SCENARIOS = {
-    "one object clicked on the middle plane, tracked through 20 planes both ways": (
-        20,
+    "one object clicked on a middle plane, tracked through 16 planes both ways": (
+        16,
         0,
         [
-            ("points", 10, 1, dict(points=[[0.45 * W, 0.45 * H], [0.1 * W, 0.9 * H]], labels=[1, 0])),
+            ("points", 7, 1, dict(points=[[0.45 * W, 0.45 * H], [0.1 * W, 0.9 * H]], labels=[1, 0])),
             ("propagate", {}),
             ("propagate", dict(reverse=True)),
         ],
@@ -112,6 +116,8 @@ def official_records():
             planes, seed, steps = SCENARIOS[name]
             state = official_volume_state(reference, bench_volume(planes, SHAPE, seed), contrast_limits)
             cache[name] = _run(steps, reference, state, _official_score, lambda masks: masks.numpy())
+            del state
+            release_memory()  # the official state's planes, features and memories
         return cache[name]
 
     return records
@@ -127,6 +133,7 @@ def ours(request, exported_repository):
         options = dict(backend="triton", url=request.getfixturevalue("models_server").grpc_url)
     with VolumePredictor(MODEL, fill_hole_area=fill, **options) as predictor:
         yield predictor
+    release_memory()  # its ORT sessions' buffers and the planes' features
 
 
 @pytest.mark.parity
@@ -146,7 +153,7 @@ def test_every_plane_gets_the_official_masks_and_object_scores(name, ours, offic
             assert (score is None) == (ref_score is None), f"plane {frame}: {scores} vs {ref_scores}"
             assert score is None or abs(score - ref_score) <= SCORE_TOL, f"plane {frame}: {scores} vs {ref_scores}"
     if name.startswith("one object"):
-        assert len(records) == 1 + 10 + 11  # the prompt, planes 10..19, then 10..0
+        assert len(records) == 1 + 9 + 8  # the prompt, planes 7..15, then 7..0
 
 
 def test_bad_prompts_are_refused_and_change_nothing(exported_repository):
