@@ -1091,7 +1091,7 @@ def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_
     session = widget.session
     qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
     inside, _ = view_order(session.tiles, Tile(*layers.visible_region(image)), around=0)
-    contrast = tuple(image.contrast_limits)
+    contrast = layers.encoding_contrast(image)
 
     def cached(plane: int) -> bool:
         inputs = [encoder_input(stack[plane][t.window], session.spec, contrast) for t in inside]

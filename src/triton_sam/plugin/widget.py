@@ -290,7 +290,7 @@ class TritonSamWidget(SettingsForm):
         self.draw_prompts(clear=True)
         key = layers.plane_key(self.image, index)
         data = layers.plane_data(self.image, index)
-        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
+        contrast = layers.encoding_contrast(self.image)
         self.set_status(status)
         started = time.perf_counter()
         worker = make_worker(
@@ -408,7 +408,7 @@ class TritonSamWidget(SettingsForm):
         ]
         if not neighbours:
             return
-        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
+        contrast = layers.encoding_contrast(self.image)
         session, image = self.session, self.image
 
         def moved_on() -> bool:
@@ -434,7 +434,7 @@ class TritonSamWidget(SettingsForm):
             return
         shape = self.image.data.shape[: self.image.ndim - 2]
         indices = list(np.ndindex(*shape))
-        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
+        contrast = layers.encoding_contrast(self.image)
         session, image = self.session, self.image
         tiles = self._view_tiles() if self._large else []
 
