@@ -270,14 +270,14 @@ def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another
 
     viewer.dims.set_current_step(0, 1)
     assert not preview.data.any()  # cleared at once: never another plane's mask
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (1,), timeout=30000)
     move(viewer, world(image, 300, 150)[-2:])
     qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
     assert not preview.data[80, 80]
 
     hits = widget.session.cache.hits
     viewer.dims.set_current_step(0, 0)
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (0,), timeout=30000)
     assert widget.session.cache.hits > hits and widget.session.cache.misses == 2  # from the cache
     widget.close_session()
 
@@ -311,11 +311,11 @@ def test_leaving_the_canvas_takes_the_hover_preview_and_keeps_the_object_in_prog
 
     viewer.dims.set_current_step(0, 1)  # the slider, dragged with the cursor off the canvas
     assert not preview.data.any()  # at once: never another plane's object
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (1,), timeout=30000)
     qtbot.wait(300)
     assert not preview.data.any()  # not previewed where the cursor was before it left
     viewer.dims.set_current_step(0, 0)  # back, the cursor still off the canvas
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (0,), timeout=30000)
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)  # the plane's object in progress
     assert not (preview.data == 2).any()
     widget.close_session()
@@ -339,7 +339,7 @@ def test_scrubbing_back_to_a_cached_plane_while_another_encodes_keeps_the_plane_
     viewer.dims.set_current_step(0, 0)
     qtbot.waitUntil(lambda: len(encoded) == 1, timeout=10000)
     qtbot.wait(100)
-    assert widget.ready and widget._index == (0,)
+    assert widget.ready and widget.encoding.index == (0,)
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 80, 80)[-2:])
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
@@ -516,7 +516,7 @@ def test_neighbouring_planes_are_encoded_ahead(qtbot, viewer, synthetic_reposito
     widget = start(qtbot, viewer, repository=synthetic_repository)
     qtbot.waitUntil(lambda: len(widget.session.cache) == 3, timeout=30000)  # planes 0 and 2 too
     viewer.dims.set_current_step(0, 2)
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (2,), timeout=10000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (2,), timeout=10000)
     assert widget.session.cache.misses == 3  # no new encode for the plane that was guessed
 
 
@@ -548,21 +548,21 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     widget.toggle_encode_all()
     qtbot.waitUntil(lambda: len(widget.session.cache) >= 5, timeout=30000)
     widget.toggle_encode_all()  # stop
-    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=30000)
+    qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=30000)
     stopped_at = len(widget.session.cache)
     assert stopped_at < 40 and widget.encode_all.text() == "Encode all planes"
     widget.toggle_encode_all()  # run to the end this time
-    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=60000)
+    qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=60000)
     assert len(widget.session.cache) == 40
 
     image.data = np.stack([disk_image(H, W, [(40 + 10 * i, 120, 30)]) for i in range(40)])
     qtbot.waitUntil(lambda: widget.ready and len(widget.session.cache) == 41, timeout=30000)  # the plane on screen
     widget.toggle_encode_all()
     done = []
-    widget._encode_all_worker.yielded.connect(done.append)
+    widget.encoding._all_worker.yielded.connect(done.append)
     qtbot.waitUntil(lambda: len(done) >= 3, timeout=30000)
     image.data = stack  # back to the planes encoded before: the run through the others stops
-    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=30000)
+    qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=30000)
     assert done[-1] < 40 and widget.encode_all.text() == "Encode all planes"
     widget.close_session()
 
@@ -756,7 +756,7 @@ def _used_engine(qtbot, viewer, synthetic_repository):
     widget = start(qtbot, viewer, repository=synthetic_repository)
     engine = weakref.ref(widget.session.engine)
     viewer.dims.set_current_step(0, 1)  # another plane: its encode and its neighbours' prefetch
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=10000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (1,), timeout=10000)
     move(viewer, world(image, 80, 80)[-2:])
     key(viewer, "commit")  # at once: the object moved onto
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
@@ -840,7 +840,7 @@ def test_in_3d_view_the_panel_says_that_sam_works_in_2d_and_the_keys_rest(qtbot,
     qtbot.waitUntil(lambda: "ready (" in widget.status.text(), timeout=10000)  # the plane's news has come
     viewer.dims.ndisplay = 3
     assert widget.status.text().startswith("3D view") and not widget.interactive()
-    widget._plane_ready(widget._index, 0.4)  # news of an encode that ends after the switch (as once in CI)
+    widget.encoding.plane_ready(widget.encoding.index, 0.4)  # news of an encode that ends after the switch (as once in CI)
     assert widget.status.text().startswith("3D view")
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(200)

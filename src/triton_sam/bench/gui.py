@@ -271,7 +271,7 @@ def _backend_run(backend: str, url: str | None, model_id: str, repository: Path,
         monitor.start()
         started = time.perf_counter()
         widget.toggle_encode_all()
-        _run_until(lambda: widget._encode_all_worker is None, 300)
+        _run_until(lambda: not widget.encoding.encoding_all, 300)
         result["encode"] = {**monitor.stop(), "seconds": time.perf_counter() - started, "planes": len(stack)}
 
         result["hover"] = _hover(viewer, widget, image, trace, monitor)

@@ -8,7 +8,6 @@ they touch a layer.
 
 from __future__ import annotations
 
-import time
 import weakref
 from dataclasses import replace
 from functools import partial
@@ -27,13 +26,11 @@ from ..session import InteractiveSession, ObjectPrompts, Preview
 from ..tiles import Tile, tile_grid, view_order
 from . import bindings, layers
 from .automatic import VIEW, AutomaticSegmentation
+from .encoding import MAX_VIEW_TILES, PlaneEncoding
 from .form import SettingsForm
 from .propagation import LabelPropagation, stack_axis
 from .workers import make_worker
 
-MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
-AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
-VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
 CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
@@ -52,22 +49,24 @@ class TritonSamWidget(SettingsForm):
     def __init__(self, napari_viewer: napari.Viewer) -> None:
         super().__init__()
         self.viewer = napari_viewer
-        self.session: InteractiveSession | None = None
-        self.image: Image | None = None
+        self.encoding = PlaneEncoding(
+            napari_viewer,
+            self,
+            set_status=self.set_status,
+            say_ready=self.say_ready,
+            failed=self._failed,
+            on_shown=self._plane_shown,
+            on_all_finished=self._encode_all_finished,
+        )
+        self._chosen: Image | None = None  # the image layer being started on
         self.preview: layers.LivePreview | layers.WindowPreview | None = None
         self.prompts = self.box = None  # layers drawing the prompts
-        self._index: tuple[int, ...] | None = None
         self.cursor = None  # world position of the last mouse move over the canvas (None once it left)
-        self._encoding = None
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
-        self._encode_all_worker = None
         self._propagation = LabelPropagation(self.set_status, self._propagation_finished)
         self._automatic = AutomaticSegmentation(self.set_status, lambda: self.segment_all.setText("Segment all"))
-        self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
-        self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
-        self._view_timer.timeout.connect(self._encode_view)
         self._change_timer = QTimer(self, singleShot=True, interval=CHANGE_SETTLE_MS)
         self._change_timer.timeout.connect(self._image_rested)
         self._followed: Image | None = None  # the layer whose pixels and contrast limits the panel follows
@@ -96,8 +95,8 @@ class TritonSamWidget(SettingsForm):
         self.viewer.dims.events.current_step.connect(self._on_step)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.connect(self._on_canvas_crossed)
-        bindings.camera(self.viewer).events.center.connect(self._on_view)
-        bindings.camera(self.viewer).events.zoom.connect(self._on_view)
+        bindings.camera(self.viewer).events.center.connect(self.encoding.view_moved)
+        bindings.camera(self.viewer).events.zoom.connect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
         actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
@@ -114,8 +113,8 @@ class TritonSamWidget(SettingsForm):
         self.viewer.dims.events.current_step.disconnect(self._on_step)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.disconnect(self._on_canvas_crossed)
-        bindings.camera(self.viewer).events.center.disconnect(self._on_view)
-        bindings.camera(self.viewer).events.zoom.disconnect(self._on_view)
+        bindings.camera(self.viewer).events.center.disconnect(self.encoding.view_moved)
+        bindings.camera(self.viewer).events.zoom.disconnect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
         bindings.unbind_keys(self.viewer, self._key_actions)
@@ -126,7 +125,7 @@ class TritonSamWidget(SettingsForm):
     def _refresh_layers(self, event=None) -> None:
         if self.session is not None and self.image is not None and self.image not in self.viewer.layers:
             # Only state changes here: napari may be tearing its layers down (viewer closing).
-            self._index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
+            self.encoding.index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
             self.set_status(IMAGE_REMOVED)
         current = self.layer.currentText()
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
@@ -164,7 +163,7 @@ class TritonSamWidget(SettingsForm):
             return
         self.save_settings()
         self._closed = False
-        self.image = self.viewer.layers[self.layer.currentText()]
+        self._chosen = self.viewer.layers[self.layer.currentText()]
         backend = self.chosen_backend()
         self.set_status(f"Connecting ({backend}) ...")
         self.start.setEnabled(False)
@@ -178,7 +177,7 @@ class TritonSamWidget(SettingsForm):
         if self._closed:  # the widget was closed while connecting
             engine.close()
             return
-        if self.image not in self.viewer.layers:
+        if self._chosen not in self.viewer.layers:
             engine.close()
             self.set_status(IMAGE_REMOVED)
             return
@@ -192,8 +191,8 @@ class TritonSamWidget(SettingsForm):
             self._failed(error)
             return
         session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
-        large = session.is_tiled(layers.plane_shape(self.image))
-        layer = layers.preview_layer(self.viewer, self.image, window=large)
+        large = session.is_tiled(layers.plane_shape(self._chosen))
+        layer = layers.preview_layer(self.viewer, self._chosen, window=large)
         self.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
         # napari takes ~0.1 s for each new layer: the prompt layers come a turn of the event loop
         # later, so that the window is not frozen for all of them at once (a timer, not 0 ms: Qt
@@ -206,16 +205,15 @@ class TritonSamWidget(SettingsForm):
         if self._starting is not session:  # the panel was closed, or started anew, meanwhile
             return
         self._starting = None
-        if self.image not in self.viewer.layers:
+        if self._chosen not in self.viewer.layers:
             session.close()
             self.set_status(IMAGE_REMOVED)
             return
-        self.session = session
+        self.encoding.begin(session, self._chosen)
         self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
-        self._index = None
         self._follow(self.image)
         self.say_ready(f"{session.engine.describe()}: ready.")
         self._on_step()
@@ -224,7 +222,7 @@ class TritonSamWidget(SettingsForm):
         """The stack's buttons only for a layer with planes to go through (3D or more, colour aside)."""
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         stacked = isinstance(layer, Image) and layer.ndim > 2
-        self.stacks.setEnabled(stacked or self._propagation.running or self._encode_all_worker is not None)  # can stop
+        self.stacks.setEnabled(stacked or self._propagation.running or self.encoding.encoding_all)  # can stop
         self.stacks.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
 
     @ensure_main_thread
@@ -236,7 +234,7 @@ class TritonSamWidget(SettingsForm):
         if self.session is None or self.image is None or self.image not in self.viewer.layers:
             return
         index = layers.plane_index(self.image, self.viewer.dims.point)
-        if index != self._index:
+        if index != self.encoding.index:
             self._show_plane(index, f"Encoding plane {index or '(2D)'} ...")
 
     def _follow(self, image: Image | None) -> None:
@@ -269,8 +267,7 @@ class TritonSamWidget(SettingsForm):
         propagating and Segment all, which read the old planes, stop."""
         self._propagation.image_changed(self._followed)
         self._automatic.stop("the image's data changed")
-        if self._encode_all_worker is not None:
-            self._encode_all_worker.quit()
+        self.encoding.stop_all()
         if _layout(self._followed) == self._layout:
             self._change_timer.start()
             return
@@ -279,43 +276,21 @@ class TritonSamWidget(SettingsForm):
 
     def _image_rested(self) -> None:
         """Contrast limits or pixels rest: the model sees the plane as the user does (cached limits are instant)."""
-        if self._index is not None and self.session is not None and self.image in self.viewer.layers:
-            self._show_plane(self._index, f"The image changed: encoding plane {self._index or '(2D)'} as now shown ...")
+        index = self.encoding.index
+        if index is not None and self.session is not None and self.image in self.viewer.layers:
+            self._show_plane(index, f"The image changed: encoding plane {index or '(2D)'} as now shown ...")
 
     def _show_plane(self, index: tuple[int, ...], status: str) -> None:
         """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
-        self._index = index
         self.session.leave()
         self.preview.show(None)  # at once: never another plane's mask (nor its object)
         self.draw_prompts(clear=True)
-        key = layers.plane_key(self.image, index)
-        data = layers.plane_data(self.image, index)
-        contrast = layers.encoding_contrast(self.image)
-        self.set_status(status)
-        started = time.perf_counter()
-        worker = make_worker(
-            self.session.set_plane,
-            key,
-            data,
-            contrast,
-            layers.plane_levels(self.image, index),
-            progress={"desc": "triton-sam: encoding"},
-        )
-        worker.returned.connect(lambda _: self._plane_ready(index, time.perf_counter() - started))
-        worker.errored.connect(self._failed)
-        self._encoding = worker
-        worker.start()
+        self.encoding.show(index, status)
 
-    def _plane_ready(self, index, seconds: float) -> None:
-        if self.session is None or self.image is None or index != self._index:
-            return  # closed, or the user moved on while this plane was encoded
-        self.draw_prompts()  # the object in progress on this plane, if any
+    def _plane_shown(self) -> None:
+        """The plane asked for is encoded: its object in progress, if any, and the preview at the cursor."""
+        self.draw_prompts()
         self._preview_at_cursor()
-        if self.tiled:
-            self._encode_view()
-            return
-        self.say_ready(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
-        self._prefetch_neighbours(index)
 
     def _preview_at_cursor(self) -> None:
         """Preview where the cursor rests: a plane just shown (slider keys, the wheel, the image
@@ -329,129 +304,33 @@ class TritonSamWidget(SettingsForm):
             self.session.hover(*layers.image_xy(self.image, self.cursor))
 
     @property
-    def tiled(self) -> bool:
-        """The plane on screen is large: covered by tiles, encoded as they come into view."""
-        return self.ready and self._large
+    def session(self) -> InteractiveSession | None:
+        """The session started (None before Start and once closed)."""
+        return self.encoding.session
 
     @property
-    def _large(self) -> bool:
-        """The image's planes are large (tiled)."""
-        return self.session.is_tiled(layers.plane_shape(self.image))
+    def image(self) -> Image | None:
+        """The image layer the session was started on."""
+        return self.encoding.image
 
-    def _on_view(self, event=None) -> None:
-        """Pan or zoom: stop encoding the tiles of the old view; choose anew once the view rests."""
-        self._view_generation += 1
-        if self.tiled:
-            self._view_timer.start()
-
-    def _encode_view(self) -> None:
-        """Encode the tiles in view (centre first), then those around it, in the background; the
-        tiles are as coarse as the screen's pixels (zoomed out: the plane reduced, a pyramid level)."""
-        if not self.tiled:
-            return
-        self._view_generation += 1
-        generation, session = self._view_generation, self.session
-        session.set_tile_step(layers.screen_step(self.image, bindings.camera(self.viewer).zoom))
-        view = Tile(*layers.visible_region(self.image))
-        inside, near = view_order(session.tiles, view, around=session.spec.input_size * session.tile_step // 2)
-        if len(inside) > MAX_VIEW_TILES:
-            self.set_status(
-                f"Zoom in to segment: the view shows {len(inside)} tiles and up to {MAX_VIEW_TILES} are encoded at a time."
-            )
-            return
-        ahead = (inside + near)[:MAX_VIEW_TILES]
-        todo = [t for t in ahead if t in inside and not session.encoded(t)]
-        around = [t for t in ahead if t not in inside and not session.encoded(t)]
-        visible, index = len(todo), self._index
-
-        def moved_on() -> bool:
-            return generation != self._view_generation or session is not self.session
-
-        def encode() -> None:
-            session.encode_tiles(todo, partial(self._tiles_progress, visible=visible), moved_on)
-            # The tiles around the view are work ahead of need: they wait while the cursor moves.
-            session.encode_tiles(
-                around, partial(self._tiles_progress, visible=visible, before=visible), moved_on, AROUND_VIEW_WAIT_S
-            )
-
-        worker = make_worker(encode)
-        worker.errored.connect(self._failed)
-        worker.returned.connect(lambda _: moved_on() or self._prefetch_neighbours(index, inside, moved_on))
-        worker.start()
-
-    def _view_tiles(self) -> list[Tile]:
-        """The tiles of the plane shown that meet the view, nearest its centre first."""
-        return view_order(self.session.tiles, Tile(*layers.visible_region(self.image)), around=0)[0]
-
-    @ensure_main_thread
-    def _tiles_progress(self, done: int, total: int, visible: int, before: int = 0) -> None:
-        """`done` of `total` tiles encoded, after `before` others; the first `visible` are in view."""
-        if self.session is None:
-            return
-        done, total = done + before, total + before
-        if done < visible:
-            progress = f"encoding the tiles in view: {done} of {visible}"
-        else:
-            progress = f"tiles in view ready; around it {done - visible} of {total - visible}"
-        self.say_ready(f"{self.session.engine.describe()}: {progress}.")
-
-    def _prefetch_neighbours(self, index: tuple[int, ...], tiles: list[Tile] = (), view_moved=lambda: False) -> None:
-        """Encode the planes one step away on each slider in the background (cached by content):
-        whole, or of large planes the `tiles` in view, these once the cursor rests and until
-        `view_moved()`."""
-        shape = self.image.data.shape[: self.image.ndim - 2]
-        neighbours = [
-            index[:axis] + (index[axis] + step,) + index[axis + 1 :]
-            for axis in range(len(index))
-            for step in (1, -1)
-            if 0 <= index[axis] + step < shape[axis]
-        ]
-        if not neighbours:
-            return
-        contrast = layers.encoding_contrast(self.image)
-        session, image = self.session, self.image
-
-        def moved_on() -> bool:
-            return session is not self.session or self._index != index or view_moved()  # stop guessing
-
-        def prefetch():
-            for neighbour in neighbours:
-                if moved_on():
-                    return
-                data, levels = layers.plane_data(image, neighbour), layers.plane_levels(image, neighbour)
-                session.prefetch(data, contrast, tiles, levels, moved_on, AROUND_VIEW_WAIT_S if tiles else 0.0)
-
-        make_worker(prefetch).start()
+    @property
+    def tiled(self) -> bool:
+        """The plane on screen is large: covered by tiles, encoded as they come into view."""
+        return self.encoding.tiled
 
     def toggle_encode_all(self) -> None:
         """Encode every plane of the layer in the background (with progress); of large planes, the
         tiles in view now (the same region of every plane). Pressed again, stop."""
-        if self._encode_all_worker is not None:
-            self._encode_all_worker.quit()
+        if self.encoding.encoding_all:
+            self.encoding.stop_all()
             return
         if self.session is None:
             self.set_status("Press Start first.")
             return
-        shape = self.image.data.shape[: self.image.ndim - 2]
-        indices = list(np.ndindex(*shape))
-        contrast = layers.encoding_contrast(self.image)
-        session, image = self.session, self.image
-        tiles = self._view_tiles() if self._large else []
-
-        def encode_all():
-            planes = [(layers.plane_data(image, index), layers.plane_levels(image, index)) for index in indices]
-            yield from session.prefetch_planes(planes, contrast, tiles, lambda: worker.abort_requested)
-
-        worker = make_worker(encode_all, progress={"total": len(indices), "desc": "triton-sam: encoding all planes"})
-        worker.yielded.connect(lambda done: self.set_status(f"Encoded {done} of {len(indices)} planes."))
-        worker.finished.connect(self._encode_all_finished)
-        worker.errored.connect(self._failed)
-        self._encode_all_worker = worker
+        self.encoding.encode_all()
         self.encode_all.setText("Stop encoding")
-        worker.start()
 
     def _encode_all_finished(self) -> None:
-        self._encode_all_worker = None
         self.encode_all.setText("Encode all planes")
         self._enable_stack_controls(self.layer.currentText())
 
@@ -475,7 +354,7 @@ class TritonSamWidget(SettingsForm):
         self._propagation.start(
             self.image,
             objects,
-            self._index,
+            self.encoding.index,
             axis,
             labels,
             self.chosen_direction(),
@@ -501,7 +380,7 @@ class TritonSamWidget(SettingsForm):
 
     def _labels_to_propagate(self, objects) -> list[int]:
         """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
-        plane = np.asarray(objects.data[self._index])
+        plane = np.asarray(objects.data[self.encoding.index])
         if self.propagates_all():
             return [int(label) for label in np.unique(plane) if label != 0]
         selected = int(objects.selected_label)
@@ -528,7 +407,7 @@ class TritonSamWidget(SettingsForm):
                 return
         session = self.session
         self._automatic.start(
-            self.viewer, self.image, self._index, where, session.engine, session.cache, self.automatic_options(), tiles
+            self.viewer, self.image, self.encoding.index, where, session.engine, session.cache, self.automatic_options(), tiles
         )
         if self._automatic.running:
             self.segment_all.setText("Stop segmenting")
@@ -536,12 +415,7 @@ class TritonSamWidget(SettingsForm):
     @property
     def ready(self) -> bool:
         """A plane is encoded and it is the one on screen."""
-        return (
-            self.session is not None
-            and self._index is not None
-            and self.image in self.viewer.layers
-            and self.session.plane == layers.plane_key(self.image, self._index)
-        )
+        return self.encoding.ready
 
     # --- keys ---------------------------------------------------------------------------------
 
@@ -578,7 +452,7 @@ class TritonSamWidget(SettingsForm):
         """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
         if not self.interactive():
             return
-        index = self._index
+        index = self.encoding.index
         worker = make_worker(self.session.commit)
         worker.returned.connect(lambda committed: self._write(committed, index))
         worker.errored.connect(self._failed)
@@ -589,7 +463,7 @@ class TritonSamWidget(SettingsForm):
             self.set_status("Nothing to commit: hover over an object or click on it first.")
             return
         self.draw_prompts()
-        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self._large else np.uint32)
+        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self.encoding.large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         objects.selected_label = committed.object_id  # what Propagate tracks
         self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
@@ -677,9 +551,8 @@ class TritonSamWidget(SettingsForm):
             self._starting = None
         self._propagation.close()
         self._automatic.stop()
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        if (session := self.encoding.end()) is not None:
+            session.close()
 
 
 def _layout(image: Image) -> tuple:
