@@ -16,6 +16,7 @@ import napari
 import numpy as np
 from napari.layers import Image
 from qtpy.QtCore import QEvent, QTimer, Signal
+from qtpy.QtWidgets import QVBoxLayout, QWidget
 from superqt.utils import ensure_main_thread
 
 from ..engines import create_engine, offered_models
@@ -36,11 +37,12 @@ THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer
 IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
 
 
-class TritonSamWidget(SettingsForm):
+class TritonSamWidget(QWidget):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit.
 
-    The form is `SettingsForm`; mouse and keys are `bindings`; this class is the lifecycle: engine,
-    planes, previews, commits, and letting go of all of it when the panel closes.
+    It holds its form (`form`, a `SettingsForm`) and its controllers (`encoding`, Propagate and
+    Segment all); mouse and keys are `bindings`; this class is the lifecycle: engine, previews,
+    commits, and letting go of all of it when the panel closes.
     """
 
     # Emitted with the `Preview` just written to the preview layer (benchmarks time event -> screen).
@@ -49,10 +51,14 @@ class TritonSamWidget(SettingsForm):
     def __init__(self, napari_viewer: napari.Viewer) -> None:
         super().__init__()
         self.viewer = napari_viewer
+        self.form = SettingsForm()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.form)
         self.encoding = PlaneEncoding(
             napari_viewer,
             self,
-            set_status=self.set_status,
+            set_status=self.form.set_status,
             say_ready=self.say_ready,
             failed=self._failed,
             on_shown=self._plane_shown,
@@ -65,8 +71,8 @@ class TritonSamWidget(SettingsForm):
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
-        self._propagation = LabelPropagation(self.set_status, self._propagation_finished)
-        self._automatic = AutomaticSegmentation(self.set_status, lambda: self.segment_all.setText("Segment all"))
+        self._propagation = LabelPropagation(self.form.set_status, self._propagation_finished)
+        self._automatic = AutomaticSegmentation(self.form.set_status, lambda: self.form.segment_all_button.setText("Segment all"))
         self._change_timer = QTimer(self, singleShot=True, interval=CHANGE_SETTLE_MS)
         self._change_timer.timeout.connect(self._image_rested)
         self._followed: Image | None = None  # the layer whose pixels and contrast limits the panel follows
@@ -74,13 +80,13 @@ class TritonSamWidget(SettingsForm):
         self._image_name = ""  # and its name (its objects layer is found by it)
         self._on_move = partial(bindings.hover, self)
         self._on_press = partial(bindings.press, self)
-        self.refresh.clicked.connect(self.find_models)
-        self.start.clicked.connect(self.connect_engine)
-        self.encode_all.clicked.connect(self.toggle_encode_all)
-        self.propagate.clicked.connect(self.toggle_propagate)
-        self.segment_all.clicked.connect(self.toggle_segment_all)
-        self.enabled.toggled.connect(self._on_enabled)
-        self.layer.currentTextChanged.connect(self._enable_stack_controls)
+        self.form.find_models_button.clicked.connect(self.find_models)
+        self.form.start_button.clicked.connect(self.connect_engine)
+        self.form.encode_all_button.clicked.connect(self.toggle_encode_all)
+        self.form.propagate_button.clicked.connect(self.toggle_propagate)
+        self.form.segment_all_button.clicked.connect(self.toggle_segment_all)
+        self.form.interaction_check.toggled.connect(self._on_enabled)
+        self.form.image_box.currentTextChanged.connect(self._enable_stack_controls)
         # napari deletes docked widgets with its window without closing them, and may keep their
         # Python side alive: the engine goes when the Qt side does.
         self.destroyed.connect(partial(_let_go_of, weakref.ref(self)))
@@ -126,20 +132,23 @@ class TritonSamWidget(SettingsForm):
         if self.session is not None and self.image is not None and self.image not in self.viewer.layers:
             # Only state changes here: napari may be tearing its layers down (viewer closing).
             self.encoding.index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
-            self.set_status(IMAGE_REMOVED)
-        current = self.layer.currentText()
+            self.form.set_status(IMAGE_REMOVED)
+        current = self.form.image_box.currentText()
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
-        self.layer.clear()
-        self.layer.addItems(names)
+        self.form.image_box.clear()
+        self.form.image_box.addItems(names)
         active = self.viewer.layers.selection.active
         preferred = current if current in names else getattr(active, "name", None)
         if preferred in names:
-            self.layer.setCurrentText(preferred)
+            self.form.image_box.setCurrentText(preferred)
 
     def find_models(self) -> None:
         """Fill the model list with what the server (or the local repository) offers."""
         worker = make_worker(
-            offered_models, self.chosen_backend(), self.chosen_repository(), replace(self.connection(), timeout_s=3.0)
+            offered_models,
+            self.form.chosen_backend(),
+            self.form.chosen_repository(),
+            replace(self.form.connection(), timeout_s=3.0),
         )
         worker.returned.connect(self._models_found)
         worker.errored.connect(self._failed)
@@ -147,30 +156,32 @@ class TritonSamWidget(SettingsForm):
 
     def _models_found(self, found: tuple[str, list[str]]) -> None:
         where, models = found
-        current = self.model.currentText()
-        self.model.clear()
-        self.model.addItems(models or list(MODELS))
+        current = self.form.model_box.currentText()
+        self.form.model_box.clear()
+        self.form.model_box.addItems(models or list(MODELS))
         if current in models or not models:
-            self.model.setCurrentText(current)
-        self.set_status(f"{where}: {', '.join(models) if models else 'no exported models'}.")
+            self.form.model_box.setCurrentText(current)
+        self.form.set_status(f"{where}: {', '.join(models) if models else 'no exported models'}.")
 
     # --- engine and planes ----------------------------------------------------------------------
 
     def connect_engine(self) -> None:
         """Create the engine (off the GUI thread), then encode the plane on screen."""
-        if self.layer.currentText() not in self.viewer.layers:
-            self.set_status("Add an image layer first.")
+        if self.form.image_box.currentText() not in self.viewer.layers:
+            self.form.set_status("Add an image layer first.")
             return
-        self.save_settings()
+        self.form.save_settings()
         self._closed = False
-        self._chosen = self.viewer.layers[self.layer.currentText()]
-        backend = self.chosen_backend()
-        self.set_status(f"Connecting ({backend}) ...")
-        self.start.setEnabled(False)
-        worker = make_worker(create_engine, self.chosen_model(), backend, self.chosen_repository(), connection=self.connection())
+        self._chosen = self.viewer.layers[self.form.image_box.currentText()]
+        backend = self.form.chosen_backend()
+        self.form.set_status(f"Connecting ({backend}) ...")
+        self.form.start_button.setEnabled(False)
+        worker = make_worker(
+            create_engine, self.form.chosen_model(), backend, self.form.chosen_repository(), connection=self.form.connection()
+        )
         worker.returned.connect(self._engine_ready)
         worker.errored.connect(self._failed)
-        worker.finished.connect(lambda: self.start.setEnabled(True))
+        worker.finished.connect(lambda: self.form.start_button.setEnabled(True))
         worker.start()
 
     def _engine_ready(self, engine) -> None:
@@ -179,11 +190,11 @@ class TritonSamWidget(SettingsForm):
             return
         if self._chosen not in self.viewer.layers:
             engine.close()
-            self.set_status(IMAGE_REMOVED)
+            self.form.set_status(IMAGE_REMOVED)
             return
         self.close_session()
         self._closed = False
-        disk_dir = default_disk_dir() if self.disk_cache.isChecked() else None
+        disk_dir = default_disk_dir() if self.form.disk_cache_check.isChecked() else None
         try:
             cache = FeatureCache(engine, disk_dir=disk_dir)
         except InvalidInputError as error:  # $TRITON_SAM_DISK_CACHE_GB
@@ -207,7 +218,7 @@ class TritonSamWidget(SettingsForm):
         self._starting = None
         if self._chosen not in self.viewer.layers:
             session.close()
-            self.set_status(IMAGE_REMOVED)
+            self.form.set_status(IMAGE_REMOVED)
             return
         self.encoding.begin(session, self._chosen)
         self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
@@ -222,12 +233,12 @@ class TritonSamWidget(SettingsForm):
         """The stack's buttons only for a layer with planes to go through (3D or more, colour aside)."""
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         stacked = isinstance(layer, Image) and layer.ndim > 2
-        self.stacks.setEnabled(stacked or self._propagation.running or self.encoding.encoding_all)  # can stop
-        self.stacks.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
+        self.form.stacks_group.setEnabled(stacked or self._propagation.running or self.encoding.encoding_all)  # can stop
+        self.form.stacks_group.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
 
     @ensure_main_thread
     def _failed(self, error: Exception) -> None:
-        self.set_status(f"Error: {error}")
+        self.form.set_status(f"Error: {error}")
 
     def _on_step(self, event=None) -> None:
         """The sliders moved: encode the plane now on screen (cached planes are instant)."""
@@ -272,7 +283,7 @@ class TritonSamWidget(SettingsForm):
             self._change_timer.start()
             return
         self.close_session()
-        self.set_status("The image layer's data changed shape: press Start to segment it.")
+        self.form.set_status("The image layer's data changed shape: press Start to segment it.")
 
     def _image_rested(self) -> None:
         """Contrast limits or pixels rest: the model sees the plane as the user does (cached limits are instant)."""
@@ -325,18 +336,18 @@ class TritonSamWidget(SettingsForm):
             self.encoding.stop_all()
             return
         if self.session is None:
-            self.set_status("Press Start first.")
+            self.form.set_status("Press Start first.")
             return
         self.encoding.encode_all()
-        self.encode_all.setText("Stop encoding")
+        self.form.encode_all_button.setText("Stop encoding")
 
     def _encode_all_finished(self) -> None:
-        self.encode_all.setText("Encode all planes")
-        self._enable_stack_controls(self.layer.currentText())
+        self.form.encode_all_button.setText("Encode all planes")
+        self._enable_stack_controls(self.form.image_box.currentText())
 
     def _propagation_finished(self) -> None:
-        self.propagate.setText("Propagate label")
-        self._enable_stack_controls(self.layer.currentText())
+        self.form.propagate_button.setText("Propagate label")
+        self._enable_stack_controls(self.form.image_box.currentText())
 
     def toggle_propagate(self) -> None:
         """Track the objects layer's selected label (or every label on the plane on screen) from
@@ -348,7 +359,7 @@ class TritonSamWidget(SettingsForm):
         labels = self._labels_to_propagate(objects) if objects is not None else []
         problem = self._propagation_problem(labels)
         if problem:
-            self.set_status(problem)
+            self.form.set_status(problem)
             return
         axis = stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim)
         self._propagation.start(
@@ -357,12 +368,12 @@ class TritonSamWidget(SettingsForm):
             self.encoding.index,
             axis,
             labels,
-            self.chosen_direction(),
-            self.chosen_max_planes(),
-            (self.chosen_model(), self.chosen_repository()),
+            self.form.chosen_direction(),
+            self.form.chosen_max_planes(),
+            (self.form.chosen_model(), self.form.chosen_repository()),
             self.session.cache,  # the planes the panel encoded, on its engine (local or Triton)
         )
-        self.propagate.setText("Stop propagating")
+        self.form.propagate_button.setText("Stop propagating")
 
     def _propagation_problem(self, labels: list[int]) -> str | None:
         """Why Propagate cannot run now with `labels`, or None."""
@@ -370,18 +381,18 @@ class TritonSamWidget(SettingsForm):
             return "Press Start and wait for the plane to be encoded first."
         if stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim) is None:
             return "Propagate needs a stack of planes (a 3D or higher image layer)."
-        if not labels and self.propagates_all():
+        if not labels and self.form.propagates_all():
             return "Commit objects on this plane to propagate them."
         if not labels:
             return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
-        if self.chosen_model().family != "sam2":
+        if self.form.chosen_model().family != "sam2":
             return "Propagation through planes needs a SAM2.1 model."
         return None
 
     def _labels_to_propagate(self, objects) -> list[int]:
         """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
         plane = np.asarray(objects.data[self.encoding.index])
-        if self.propagates_all():
+        if self.form.propagates_all():
             return [int(label) for label in np.unique(plane) if label != 0]
         selected = int(objects.selected_label)
         return [selected] if selected != 0 and np.any(plane == selected) else []
@@ -393,24 +404,31 @@ class TritonSamWidget(SettingsForm):
             self._automatic.stop()
             return
         if not self.ready:
-            self.set_status("Press Start and wait for the plane to be encoded first.")
+            self.form.set_status("Press Start and wait for the plane to be encoded first.")
             return
-        where, tiles = self.chosen_region(), None
+        where, tiles = self.form.chosen_region(), None
         if self.tiled:  # the tiles in view, each at native resolution
             native = tile_grid(layers.plane_shape(self.image), self.session.spec.input_size)
             tiles, _ = view_order(native, Tile(*layers.visible_region(self.image)), around=0)
             if where != VIEW or len(tiles) > MAX_VIEW_TILES:
-                self.set_status(
+                self.form.set_status(
                     f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
                     f"show (now {len(tiles)}); each is segmented at native resolution."
                 )
                 return
         session = self.session
         self._automatic.start(
-            self.viewer, self.image, self.encoding.index, where, session.engine, session.cache, self.automatic_options(), tiles
+            self.viewer,
+            self.image,
+            self.encoding.index,
+            where,
+            session.engine,
+            session.cache,
+            self.form.automatic_options(),
+            tiles,
         )
         if self._automatic.running:
-            self.segment_all.setText("Stop segmenting")
+            self.form.segment_all_button.setText("Stop segmenting")
 
     @property
     def ready(self) -> bool:
@@ -421,7 +439,7 @@ class TritonSamWidget(SettingsForm):
 
     def interactive(self) -> bool:
         """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
-        return self.enabled.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
+        return self.form.interaction_check.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
 
     def _on_ndisplay(self, event=None) -> None:
         """3D view: say that SAM works on 2D planes (mouse and keys rest until 2D is back)."""
@@ -442,7 +460,7 @@ class TritonSamWidget(SettingsForm):
 
     def say_ready(self, text: str) -> None:
         """Show news of encoding, unless the view is 3D: then the 3D hint stays (work may finish after the switch)."""
-        self.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else text)
+        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else text)
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
@@ -460,13 +478,13 @@ class TritonSamWidget(SettingsForm):
 
     def _write(self, committed, index) -> None:
         if committed is None:
-            self.set_status("Nothing to commit: hover over an object or click on it first.")
+            self.form.set_status("Nothing to commit: hover over an object or click on it first.")
             return
         self.draw_prompts()
         objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self.encoding.large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         objects.selected_label = committed.object_id  # what Propagate tracks
-        self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
+        self.form.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:
         if self.interactive():
@@ -516,7 +534,7 @@ class TritonSamWidget(SettingsForm):
             self.preview_shown.emit(preview)
         stats = self.session.stats
         if preview is not None and stats.latencies_s:
-            self.set_status(
+            self.form.set_status(
                 f"{self.session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
                 f"{stats.hovers_delivered} of {stats.events} mouse moves previewed"
             )
