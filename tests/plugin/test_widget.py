@@ -844,14 +844,14 @@ def test_in_3d_view_the_panel_says_that_sam_works_in_2d_and_the_keys_rest(qtbot,
     widget = start(qtbot, viewer, repository=synthetic_repository)
     qtbot.waitUntil(lambda: "ready (" in widget.form.status_label.text(), timeout=10000)  # the plane's news has come
     viewer.dims.ndisplay = 3
-    assert widget.form.status_label.text().startswith("3D view") and not widget.interactive()
+    assert widget.form.status_label.text().startswith("3D view") and not widget.interaction.interactive()
     widget.encoding.plane_ready(widget.encoding.index, 0.4)  # news of an encode that ends after the switch (as once in CI)
     assert widget.form.status_label.text().startswith("3D view")
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(200)
     assert widget.form.status_label.text().startswith("3D view") and layers.objects_name(image) not in viewer.layers
     viewer.dims.ndisplay = 2
-    assert widget.form.status_label.text().endswith("ready.") and widget.interactive()
+    assert widget.form.status_label.text().endswith("ready.") and widget.interaction.interactive()
     widget.close_session()
 
 

@@ -27,15 +27,19 @@ from .workers import make_worker
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
 AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
 VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
+CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 
 
 class PlaneEncoding:
     """The panel's session, its image and the plane on screen, and the encoding of planes for it.
 
-    `begin` gives it a session, `end` takes it back; `show` encodes a plane and makes it the one
-    on screen. It tells the panel through `set_status` (what it does), `say_ready` (news of
-    encoding), `failed` (an error), `on_shown` (a plane asked for is encoded: its prompts and the
-    preview at the cursor) and `on_all_finished` (Encode all planes ended).
+    `begin` gives it a session, `end` takes it back; `step_moved` encodes the plane the sliders
+    point to and makes it the one on screen; `follow` watches the image's contrast limits and pixels
+    (the plane is encoded anew once they rest) and its name (its objects layer goes with it). It
+    tells the panel through `set_status` (what it does), `say_ready` (news of encoding), `failed`
+    (an error), `on_leaving` (the plane on screen changes: its preview and prompts go), `on_shown`
+    (a plane asked for is encoded: its prompts and the preview at the cursor), `on_all_finished`
+    (Encode all planes ended) and `on_new_pixels(same_layout)` (the image's data was replaced).
     """
 
     def __init__(
@@ -46,20 +50,28 @@ class PlaneEncoding:
         set_status: Callable[[str], None],
         say_ready: Callable[[str], None],
         failed: Callable[[Exception], None],
+        on_leaving: Callable[[], None],
         on_shown: Callable[[], None],
         on_all_finished: Callable[[], None],
+        on_new_pixels: Callable[[bool], None],
     ) -> None:
         self.viewer = viewer
         self.session: InteractiveSession | None = None
         self.image: Image | None = None
         self.index: tuple[int, ...] | None = None  # the plane on screen (None: none yet, or not ready)
         self._set_status, self._say_ready, self._failed = set_status, say_ready, failed
-        self._on_shown, self._on_all_finished = on_shown, on_all_finished
+        self._on_leaving, self._on_shown = on_leaving, on_shown
+        self._on_all_finished, self._on_new_pixels = on_all_finished, on_new_pixels
         self._encoding = None  # the worker encoding the plane on screen
         self._all_worker = None
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
         self._view_timer = QTimer(parent, singleShot=True, interval=VIEW_SETTLE_MS)
         self._view_timer.timeout.connect(self._encode_view)
+        self._change_timer = QTimer(parent, singleShot=True, interval=CHANGE_SETTLE_MS)
+        self._change_timer.timeout.connect(self._image_rested)
+        self._followed: Image | None = None  # the layer whose pixels and contrast limits are followed
+        self._layout: tuple | None = None  # its dimensions, shape and colour when followed
+        self._image_name = ""  # and its name (its objects layer is found by it)
 
     def begin(self, session: InteractiveSession, image: Image) -> None:
         """Encode planes of `image` for `session` from now on (none is on screen yet)."""
@@ -90,8 +102,56 @@ class PlaneEncoding:
         """The image's planes are large (tiled)."""
         return self.session.is_tiled(layers.plane_shape(self.image))
 
-    def show(self, index: tuple[int, ...], status: str) -> None:
+    def step_moved(self, event=None) -> None:
+        """The sliders moved: encode the plane now on screen (cached planes are instant)."""
+        if self.session is None or self.image is None or self.image not in self.viewer.layers:
+            return
+        index = layers.plane_index(self.image, self.viewer.dims.point)
+        if index != self.index:
+            self._show(index, f"Encoding plane {index or '(2D)'} ...")
+
+    def follow(self, image: Image | None) -> None:
+        """Encode the plane on screen again when `image`'s contrast limits or pixels change, and keep
+        its objects layer when it is renamed (None: stop following)."""
+        if self._followed is not None:
+            self._followed.events.contrast_limits.disconnect(self._on_contrast)
+            self._followed.events.data.disconnect(self._on_data)
+            self._followed.events.name.disconnect(self._on_rename)
+        self._change_timer.stop()
+        self._followed, self._layout = image, None
+        if image is not None:
+            self._layout, self._image_name = _layout(image), image.name
+            image.events.contrast_limits.connect(self._on_contrast)
+            image.events.data.connect(self._on_data)
+            image.events.name.connect(self._on_rename)
+
+    def _on_rename(self, event=None) -> None:
+        """The image layer was renamed: its objects layer goes with it (commits, Propagate)."""
+        layers.rename_objects_layer(self.viewer, self._image_name, self._followed)
+        self._image_name = self._followed.name
+
+    def _on_contrast(self, event=None) -> None:
+        if not self._followed.rgb:  # (SAM sees RGB as it is)
+            self._change_timer.start()  # (again): a slider drag sends many changes
+
+    def _on_data(self, event=None) -> None:
+        """The layer's data was replaced: the plane on screen is encoded anew (if of the same
+        shape); Encode all planes, which reads the old planes, stops."""
+        same = _layout(self._followed) == self._layout
+        self._on_new_pixels(same)
+        self.stop_all()
+        if same:
+            self._change_timer.start()
+
+    def _image_rested(self) -> None:
+        """Contrast limits or pixels rest: the model sees the plane as the user does (cached limits are instant)."""
+        index = self.index
+        if index is not None and self.session is not None and self.image in self.viewer.layers:
+            self._show(index, f"The image changed: encoding plane {index or '(2D)'} as now shown ...")
+
+    def _show(self, index: tuple[int, ...], status: str) -> None:
         """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
+        self._on_leaving()
         self.index = index
         key = layers.plane_key(self.image, index)
         data = layers.plane_data(self.image, index)
@@ -240,3 +300,8 @@ class PlaneEncoding:
     def _all_finished(self) -> None:
         self._all_worker = None
         self._on_all_finished()
+
+
+def _layout(image: Image) -> tuple:
+    """What the panel's layers and planes depend on: the image's dimensions, shape and colour."""
+    return image.ndim, tuple(image.data.shape), image.rgb

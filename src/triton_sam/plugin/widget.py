@@ -1,9 +1,11 @@
-"""The triton-sam dock widget's lifecycle: engine, planes, previews, commits, and closing.
+"""The triton-sam dock widget's lifecycle: engine, session, controllers, and closing.
 
-Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`);
-the form is `form.SettingsForm`, mouse and keys are `bindings`. Encoding and connecting run in
-napari thread workers; previews arrive on a worker thread and are moved to the GUI thread before
-they touch a layer.
+Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`).
+The widget holds its form (`form.SettingsForm`) and wires controllers, as napari panels wire
+layers: `encoding.PlaneEncoding` encodes planes, `interaction.Interaction` is what mouse and keys
+(`bindings`) act on, `propagation` and `automatic` run Propagate and Segment all. Encoding and
+connecting run in napari thread workers; previews arrive on a worker thread and are moved to the
+GUI thread before they touch a layer.
 """
 
 from __future__ import annotations
@@ -23,16 +25,16 @@ from ..engines import create_engine, offered_models
 from ..errors import InvalidInputError
 from ..features import FeatureCache, default_disk_dir
 from ..registry import MODELS
-from ..session import InteractiveSession, ObjectPrompts, Preview
+from ..session import InteractiveSession
 from ..tiles import Tile, tile_grid, view_order
 from . import bindings, layers
 from .automatic import VIEW, AutomaticSegmentation
 from .encoding import MAX_VIEW_TILES, PlaneEncoding
 from .form import SettingsForm
+from .interaction import Interaction
 from .propagation import LabelPropagation, stack_axis
 from .workers import make_worker
 
-CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
 
@@ -40,9 +42,9 @@ IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
 class TritonSamWidget(QWidget):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit.
 
-    It holds its form (`form`, a `SettingsForm`) and its controllers (`encoding`, Propagate and
-    Segment all); mouse and keys are `bindings`; this class is the lifecycle: engine, previews,
-    commits, and letting go of all of it when the panel closes.
+    It holds its form (`form`) and its controllers (`encoding`, `interaction`, Propagate and
+    Segment all); this class is the lifecycle: engine, session, the buttons' runs, and letting go
+    of all of it when the panel closes.
     """
 
     # Emitted with the `Preview` just written to the preview layer (benchmarks time event -> screen).
@@ -61,25 +63,27 @@ class TritonSamWidget(QWidget):
             set_status=self.form.set_status,
             say_ready=self.say_ready,
             failed=self._failed,
-            on_shown=self._plane_shown,
+            on_leaving=lambda: self.interaction.leave_plane(),
+            on_shown=lambda: self.interaction.plane_shown(),
             on_all_finished=self._encode_all_finished,
+            on_new_pixels=self._on_new_pixels,
+        )
+        self.interaction = Interaction(
+            napari_viewer,
+            self.encoding,
+            switched_on=self.form.interaction_check.isChecked,
+            set_status=self.form.set_status,
+            failed=self._failed,
+            on_preview_shown=self.preview_shown.emit,
         )
         self._chosen: Image | None = None  # the image layer being started on
-        self.preview: layers.LivePreview | layers.WindowPreview | None = None
-        self.prompts = self.box = None  # layers drawing the prompts
-        self.cursor = None  # world position of the last mouse move over the canvas (None once it left)
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
         self._propagation = LabelPropagation(self.form.set_status, self._propagation_finished)
         self._automatic = AutomaticSegmentation(self.form.set_status, lambda: self.form.segment_all_button.setText("Segment all"))
-        self._change_timer = QTimer(self, singleShot=True, interval=CHANGE_SETTLE_MS)
-        self._change_timer.timeout.connect(self._image_rested)
-        self._followed: Image | None = None  # the layer whose pixels and contrast limits the panel follows
-        self._layout: tuple | None = None  # its dimensions, shape and colour when followed
-        self._image_name = ""  # and its name (its objects layer is found by it)
-        self._on_move = partial(bindings.hover, self)
-        self._on_press = partial(bindings.press, self)
+        self._on_move = partial(bindings.hover, self.interaction)
+        self._on_press = partial(bindings.press, self.interaction)
         self.form.find_models_button.clicked.connect(self.find_models)
         self.form.start_button.clicked.connect(self.connect_engine)
         self.form.encode_all_button.clicked.connect(self.toggle_encode_all)
@@ -98,15 +102,14 @@ class TritonSamWidget(QWidget):
         """Follow the viewer: mouse, sliders, layer list, keys."""
         self.viewer.mouse_move_callbacks.append(self._on_move)
         self.viewer.mouse_drag_callbacks.append(self._on_press)
-        self.viewer.dims.events.current_step.connect(self._on_step)
+        self.viewer.dims.events.current_step.connect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.connect(self._on_canvas_crossed)
         bindings.camera(self.viewer).events.center.connect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.connect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
-        actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
-        self._key_actions = bindings.bind_keys(self.viewer, actions)
+        self._key_actions = bindings.bind_keys(self.viewer, self.interaction)
 
     def _unhook(self) -> None:
         """Stop following the viewer (the panel was closed): no callback of ours may outlive it."""
@@ -116,7 +119,7 @@ class TritonSamWidget(QWidget):
         ):
             if callback in callbacks:
                 callbacks.remove(callback)
-        self.viewer.dims.events.current_step.disconnect(self._on_step)
+        self.viewer.dims.events.current_step.disconnect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.disconnect(self._on_canvas_crossed)
         bindings.camera(self.viewer).events.center.disconnect(self.encoding.view_moved)
@@ -201,10 +204,10 @@ class TritonSamWidget(QWidget):
             engine.close()
             self._failed(error)
             return
-        session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
+        session = InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._failed)
         large = session.is_tiled(layers.plane_shape(self._chosen))
         layer = layers.preview_layer(self.viewer, self._chosen, window=large)
-        self.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
+        self.interaction.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
         # napari takes ~0.1 s for each new layer: the prompt layers come a turn of the event loop
         # later, so that the window is not frozen for all of them at once (a timer, not 0 ms: Qt
         # runs a 0-ms single shot with the posted events, before input and other timers).
@@ -221,13 +224,14 @@ class TritonSamWidget(QWidget):
             self.form.set_status(IMAGE_REMOVED)
             return
         self.encoding.begin(session, self._chosen)
-        self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
+        interaction = self.interaction
+        interaction.prompts, interaction.box = layers.prompt_layers(self.viewer, self.image, above=interaction.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
-        self._follow(self.image)
+        self.encoding.follow(self.image)
         self.say_ready(f"{session.engine.describe()}: ready.")
-        self._on_step()
+        self.encoding.step_moved()
 
     def _enable_stack_controls(self, name: str = "") -> None:
         """The stack's buttons only for a layer with planes to go through (3D or more, colour aside)."""
@@ -240,79 +244,14 @@ class TritonSamWidget(QWidget):
     def _failed(self, error: Exception) -> None:
         self.form.set_status(f"Error: {error}")
 
-    def _on_step(self, event=None) -> None:
-        """The sliders moved: encode the plane now on screen (cached planes are instant)."""
-        if self.session is None or self.image is None or self.image not in self.viewer.layers:
-            return
-        index = layers.plane_index(self.image, self.viewer.dims.point)
-        if index != self.encoding.index:
-            self._show_plane(index, f"Encoding plane {index or '(2D)'} ...")
-
-    def _follow(self, image: Image | None) -> None:
-        """Encode the plane on screen again when `image`'s contrast limits or pixels change, and keep
-        its objects layer when it is renamed (None: stop following)."""
-        if self._followed is not None:
-            self._followed.events.contrast_limits.disconnect(self._on_contrast)
-            self._followed.events.data.disconnect(self._on_data)
-            self._followed.events.name.disconnect(self._on_rename)
-        self._change_timer.stop()
-        self._followed, self._layout = image, None
-        if image is not None:
-            self._layout, self._image_name = _layout(image), image.name
-            image.events.contrast_limits.connect(self._on_contrast)
-            image.events.data.connect(self._on_data)
-            image.events.name.connect(self._on_rename)
-
-    def _on_rename(self, event=None) -> None:
-        """The image layer was renamed: its objects layer goes with it (commits, Propagate)."""
-        layers.rename_objects_layer(self.viewer, self._image_name, self._followed)
-        self._image_name = self._followed.name
-
-    def _on_contrast(self, event=None) -> None:
-        if not self._followed.rgb:  # (SAM sees RGB as it is)
-            self._change_timer.start()  # (again): a slider drag sends many changes
-
-    def _on_data(self, event=None) -> None:
-        """The layer's data was replaced (a filter, a plugin): the plane on screen is encoded anew;
-        data of another shape needs Start (the panel's layers have the old one). Encoding all planes,
-        propagating and Segment all, which read the old planes, stop."""
-        self._propagation.image_changed(self._followed)
+    def _on_new_pixels(self, same_layout: bool) -> None:
+        """The layer's data was replaced (a filter, a plugin): propagating and Segment all, which
+        read the old planes, stop; data of another shape needs Start (the panel's layers have the old one)."""
+        self._propagation.image_changed(self.image)
         self._automatic.stop("the image's data changed")
-        self.encoding.stop_all()
-        if _layout(self._followed) == self._layout:
-            self._change_timer.start()
-            return
-        self.close_session()
-        self.form.set_status("The image layer's data changed shape: press Start to segment it.")
-
-    def _image_rested(self) -> None:
-        """Contrast limits or pixels rest: the model sees the plane as the user does (cached limits are instant)."""
-        index = self.encoding.index
-        if index is not None and self.session is not None and self.image in self.viewer.layers:
-            self._show_plane(index, f"The image changed: encoding plane {index or '(2D)'} as now shown ...")
-
-    def _show_plane(self, index: tuple[int, ...], status: str) -> None:
-        """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
-        self.session.leave()
-        self.preview.show(None)  # at once: never another plane's mask (nor its object)
-        self.draw_prompts(clear=True)
-        self.encoding.show(index, status)
-
-    def _plane_shown(self) -> None:
-        """The plane asked for is encoded: its object in progress, if any, and the preview at the cursor."""
-        self.draw_prompts()
-        self._preview_at_cursor()
-
-    def _preview_at_cursor(self) -> None:
-        """Preview where the cursor rests: a plane just shown (slider keys, the wheel, the image
-        changed) previews without a move, and no preview of the plane as it was stays. With the
-        cursor off the canvas, the plane's object in progress shows."""
-        if not self.interactive():
-            return
-        if self.cursor is None:
-            self.session.leave()
-        else:
-            self.session.hover(*layers.image_xy(self.image, self.cursor))
+        if not same_layout:
+            self.close_session()
+            self.form.set_status("The image layer's data changed shape: press Start to segment it.")
 
     @property
     def session(self) -> InteractiveSession | None:
@@ -435,11 +374,7 @@ class TritonSamWidget(QWidget):
         """A plane is encoded and it is the one on screen."""
         return self.encoding.ready
 
-    # --- keys ---------------------------------------------------------------------------------
-
-    def interactive(self) -> bool:
-        """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
-        return self.form.interaction_check.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
+    # --- the view and the switch ---------------------------------------------------------------
 
     def _on_ndisplay(self, event=None) -> None:
         """3D view: say that SAM works on 2D planes (mouse and keys rest until 2D is back)."""
@@ -454,8 +389,8 @@ class TritonSamWidget(QWidget):
         in progress stays, and a plane shown later is not previewed where the cursor once was."""
         if self.viewer.mouse_over_canvas:
             return
-        self.cursor = None
-        if self.interactive():
+        self.interaction.cursor = None
+        if self.interaction.interactive():
             self.session.leave()
 
     def say_ready(self, text: str) -> None:
@@ -465,79 +400,6 @@ class TritonSamWidget(QWidget):
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
             self.session.leave()
-
-    def commit(self) -> None:
-        """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
-        if not self.interactive():
-            return
-        index = self.encoding.index
-        worker = make_worker(self.session.commit)
-        worker.returned.connect(lambda committed: self._write(committed, index))
-        worker.errored.connect(self._failed)
-        worker.start()
-
-    def _write(self, committed, index) -> None:
-        if committed is None:
-            self.form.set_status("Nothing to commit: hover over an object or click on it first.")
-            return
-        self.draw_prompts()
-        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self.encoding.large else np.uint32)
-        written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
-        objects.selected_label = committed.object_id  # what Propagate tracks
-        self.form.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
-
-    def discard(self) -> None:
-        if self.interactive():
-            self.session.discard()
-            self.draw_prompts()
-
-    def undo(self) -> None:
-        if self.interactive():
-            self.session.undo()
-            self.draw_prompts()
-
-    def cycle(self) -> None:
-        if self.interactive():
-            self.session.cycle_candidate()
-
-    # --- prompts and previews -------------------------------------------------------------------
-
-    def add_point(self, x: float, y: float, positive: bool) -> None:
-        self.session.add_point(x, y, positive=positive)
-        self.draw_prompts()
-
-    def set_box(self, x0: float, y0: float, x1: float, y1: float) -> None:
-        self.session.set_box(x0, y0, x1, y1)
-        self.draw_prompts()
-
-    def draw_prompts(self, clear: bool = False) -> None:
-        """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
-        if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
-            return
-        layers.show_prompts(self.prompts, self.box, ObjectPrompts() if clear else self.session.prompts)
-
-    @ensure_main_thread
-    def _preview_ready(self, preview: Preview | None) -> None:
-        """Show a preview if it is for the plane on screen and still the newest."""
-        if self.session is None or self.preview is None or self.preview.layer not in self.viewer.layers:
-            return
-        if preview is not None:
-            if not self.ready or preview.plane != self.session.plane:
-                return
-            if preview.point is not None and not self.session.is_current(preview):
-                return
-        if preview is None:
-            self.preview.show(None)
-        else:
-            self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset, preview.step)
-        if preview is not None:
-            self.preview_shown.emit(preview)
-        stats = self.session.stats
-        if preview is not None and stats.latencies_s:
-            self.form.set_status(
-                f"{self.session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
-                f"{stats.hovers_delivered} of {stats.events} mouse moves previewed"
-            )
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._detach()
@@ -556,10 +418,9 @@ class TritonSamWidget(QWidget):
 
     def close_session(self) -> None:
         """Stop decoding and let go of the engine; results still in flight are ignored, the preview is cleared."""
-        self._follow(None)
+        self.encoding.follow(None)
         self._let_go()
-        if self.preview is not None and self.preview.layer in self.viewer.layers:
-            self.preview.show(None)
+        self.interaction.clear_preview()
 
     def _let_go(self) -> None:
         """Stop all work and drop the engine, in Python only (also when the Qt side is already deleted)."""
@@ -571,11 +432,6 @@ class TritonSamWidget(QWidget):
         self._automatic.stop()
         if (session := self.encoding.end()) is not None:
             session.close()
-
-
-def _layout(image: Image) -> tuple:
-    """What the panel's layers and planes depend on: the image's dimensions, shape and colour."""
-    return image.ndim, tuple(image.data.shape), image.rgb
 
 
 def _let_go_of(widget: weakref.ref[TritonSamWidget]) -> None:
