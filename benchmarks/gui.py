@@ -240,10 +240,10 @@ def open_widget(viewer, backend: str, url: str | None, model_id: str, repository
     pointing at a benchmark's server and model repository."""
     QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, _bench_settings().name)
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText(backend)
-    widget.url.setText(url or "")
-    widget.model.setCurrentText(model_id)
-    widget.repository.setText(str(repository.resolve()))
+    widget.form.backend_box.setCurrentText(backend)
+    widget.form.url_field.setText(url or "")
+    widget.form.model_box.setCurrentText(model_id)
+    widget.form.repository_field.setText(str(repository.resolve()))
     return widget
 
 
@@ -272,7 +272,7 @@ def _backend_run(backend: str, url: str | None, model_id: str, repository: Path,
         monitor.start()
         started = time.perf_counter()
         widget.toggle_encode_all()
-        _run_until(lambda: widget._encode_all_worker is None, 300)
+        _run_until(lambda: not widget.encoding.encoding_all, 300)
         result["encode"] = {**monitor.stop(), "seconds": time.perf_counter() - started, "planes": len(stack)}
 
         result["hover"] = _hover(viewer, widget, image, trace, monitor)

@@ -35,8 +35,8 @@ def main(repository: str, out: str) -> None:
     viewer.window._qt_window.resize(1300, 800)
     image = viewer.add_image(data.coins(), name="coins")
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText("Local")
-    widget.repository.setText(repository)
+    widget.form.backend_box.setCurrentText("Local")
+    widget.form.repository_field.setText(repository)
     widget.connect_engine()
     _wait(lambda: widget.ready)
     canvas = viewer.window._qt_viewer.canvas.native

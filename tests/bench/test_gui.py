@@ -33,8 +33,8 @@ class SlowPaint(QObject):
 def test_a_benchmark_s_panel_never_changes_what_the_user_s_panel_remembers(viewer, tmp_path, synthetic_repository):
     """`private_settings` (the viewer fixture's) stands for the user's own settings here."""
     widget = open_widget(viewer, "Triton", "127.0.0.1:1", "sam2.1_hiera_tiny", synthetic_repository)
-    widget.save_settings()  # as Start does
-    widget._settings.sync()  # written now
+    widget.form.save_settings()  # as Start does
+    widget.form._settings.sync()  # written now
     assert not list(tmp_path.rglob("*.conf"))
     widget.close_session()
 

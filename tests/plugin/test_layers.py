@@ -26,6 +26,12 @@ def test_rgb_planes_keep_their_colour_axis():
     assert layers.plane_data(image, (1,)).shape == (20, 40, 3)
 
 
+def test_the_model_sees_a_grey_layer_with_its_contrast_limits_and_colour_as_it_is():
+    grey = Image(np.zeros((20, 40), np.uint16), contrast_limits=(100, 900))
+    assert layers.encoding_contrast(grey) == (100.0, 900.0)
+    assert layers.encoding_contrast(Image(np.zeros((20, 40, 3), np.uint8), rgb=True)) is None
+
+
 def test_planes_and_stacks_of_a_zarr_layer_are_read_only_where_they_are_used():
     """napari shows a zarr array as it is; indexing it reads at once (a whole plane for one tile,
     a whole stack for one plane), so the plugin keeps its planes and stacks lazy."""

@@ -52,17 +52,19 @@ def test_propagate_tracks_the_plane_s_labels_together_stops_between_planes_and_u
     objects.data[4, :10, :10] = OTHER_LABEL  # another object, there before: never painted over
     before = objects.data.copy()
 
-    widget.propagated.setCurrentText("All on this plane")
-    widget.direction.setCurrentText("Forwards")
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
-    assert widget.propagate.text() == "Stop propagating"
+    widget.form.propagated_box.setCurrentText("All on this plane")
+    widget.form.direction_box.setCurrentText("Forwards")
+    QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)
+    assert widget.form.propagate_button.text() == "Stop propagating"
     yielded = {}
     widget._propagation._worker.yielded.connect(lambda result: yielded.setdefault(result[0], result[1]))
     qtbot.waitUntil(lambda: len(yielded) >= 1, timeout=120000)
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)  # stop: the plane being tracked is finished, no other starts
+    QTest.mouseClick(
+        widget.form.propagate_button, Qt.MouseButton.LeftButton
+    )  # stop: the plane being tracked is finished, no other starts
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
 
-    assert widget.propagate.text() == "Propagate label"
+    assert widget.form.propagate_button.text() == "Propagate label"
     assert sorted(yielded) == list(range(3, 3 + len(yielded))) and len(yielded) < 3
     assert all(sorted(masks) == [1, 2] for masks in yielded.values())
     assert any(mask.any() for masks in yielded.values() for mask in masks.values())
@@ -99,20 +101,20 @@ def test_new_pixels_stop_a_propagation_and_the_next_one_tracks_through_them(qtbo
     monkeypatch.setattr(VolumePredictor, "init_state", recorded)
     widget, objects = _commit_on_plane_2(qtbot, viewer, exported_repository, 8, [(53, 50)])
     image = widget.image
-    widget.direction.setCurrentText("Forwards")
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
+    widget.form.direction_box.setCurrentText("Forwards")
+    QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)
     planes = []
     widget._propagation._worker.yielded.connect(lambda result: planes.append(result[0]))
     qtbot.waitUntil(lambda: len(planes) >= 1, timeout=120000)
     filtered = bench_volume(8, SHAPE, seed=1)
     image.data = filtered
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
-    assert len(planes) <= 2 and "stopped: the image's data changed" in widget.status.toolTip()
+    assert len(planes) <= 2 and "stopped: the image's data changed" in widget.form.status_label.toolTip()
     assert not np.any(objects.data[5:] == 1)  # not reached
 
-    widget.max_planes.setValue(1)
+    widget.form.max_planes_spin.setValue(1)
     qtbot.waitUntil(lambda: widget.ready, timeout=60000)  # the plane on screen encoded anew
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
+    QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
     assert len(volumes) == 2
     np.testing.assert_array_equal(np.asarray(volumes[1]), filtered)
@@ -124,24 +126,24 @@ def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_chang
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)
-    assert "Commit an object on this plane" in widget.status.text()
+    QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)
+    assert "Commit an object on this plane" in widget.form.status_label.text()
 
     click(viewer, world(image, 60, 50)[-2:])
     key(viewer, "commit")
     objects_name = layers.objects_name(image)
     qtbot.waitUntil(lambda: objects_name in viewer.layers and np.any(viewer.layers[objects_name].data[1] == 1), timeout=30000)
     before = viewer.layers[objects_name].data.copy()
-    QTest.mouseClick(widget.propagate, Qt.MouseButton.LeftButton)  # the synthetic model has no video graphs
+    QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)  # the synthetic model has no video graphs
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=30000)
-    assert "no video graphs" in widget.status.toolTip() and widget.propagate.text() == "Propagate label"
+    assert "no video graphs" in widget.form.status_label.toolTip() and widget.form.propagate_button.text() == "Propagate label"
     np.testing.assert_array_equal(viewer.layers[objects_name].data, before)
 
     flat = viewer.add_image(np.zeros(SHAPE, np.uint8))
     assert stack_axis(flat, 0, 2) is None
-    assert widget.stacks.isEnabled()  # the stack, chosen at Start
-    widget.layer.setCurrentText(flat.name)  # a single plane: nothing to go through
-    assert not widget.stacks.isEnabled() and "stack of planes" in widget.stacks.toolTip()
-    widget.layer.setCurrentText(image.name)
-    assert widget.stacks.isEnabled()
+    assert widget.form.stacks_group.isEnabled()  # the stack, chosen at Start
+    widget.form.image_box.setCurrentText(flat.name)  # a single plane: nothing to go through
+    assert not widget.form.stacks_group.isEnabled() and "stack of planes" in widget.form.stacks_group.toolTip()
+    widget.form.image_box.setCurrentText(image.name)
+    assert widget.form.stacks_group.isEnabled()
     assert stack_axis(image, viewer.dims.last_used, viewer.dims.ndim) == 0

@@ -39,12 +39,14 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    widget.points_per_side.setValue(12)
-    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(_automatic_layers(viewer)) == 1 and widget.segment_all.text() == "Segment all", timeout=60000)
+    widget.form.points_per_side_spin.setValue(12)
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: len(_automatic_layers(viewer)) == 1 and widget.form.segment_all_button.text() == "Segment all", timeout=60000
+    )
 
     qtbot.wait(300)
-    assert "objects in the new layer" in widget.status.text()
+    assert "objects in the new layer" in widget.form.status_label.text()
     (found,) = _automatic_layers(viewer)
     assert found.data.shape == (1, H, W)
     assert found.data_to_world((0, 0, 0)) == pytest.approx(image.data_to_world((1, 0, 0)))  # on plane 1
@@ -58,22 +60,22 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     assert found.metadata[AUTOMATIC_KEY]["plane"] == [1]
     assert np.all(others.data == 7) and "objects" not in " ".join(layer.name for layer in viewer.layers)
 
-    widget.points_per_side.setValue(128)  # 256 batches: time enough to stop it
-    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "batches" in widget.status.text(), timeout=30000)
-    assert widget.segment_all.text() == "Stop segmenting"
-    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: widget.segment_all.text() == "Segment all", timeout=30000)
+    widget.form.points_per_side_spin.setValue(128)  # 256 batches: time enough to stop it
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "batches" in widget.form.status_label.text(), timeout=30000)
+    assert widget.form.segment_all_button.text() == "Stop segmenting"
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=30000)
     qtbot.wait(300)  # progress news still on its way (as once in CI) must not replace the outcome
-    assert widget.status.text().startswith("Segment all stopped")
+    assert widget.form.status_label.text().startswith("Segment all stopped")
     assert len(_automatic_layers(viewer)) == 1
 
-    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "batches" in widget.status.text(), timeout=30000)
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "batches" in widget.form.status_label.text(), timeout=30000)
     image.data = stack[::-1].copy()  # new pixels (a filter, say): its proposals would be for the old ones
-    qtbot.waitUntil(lambda: widget.segment_all.text() == "Segment all", timeout=30000)
+    qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=30000)
     qtbot.wait(300)
-    assert "Segment all stopped (the image's data changed)" in widget.status.toolTip()
+    assert "Segment all stopped (the image's data changed)" in widget.form.status_label.toolTip()
     assert len(_automatic_layers(viewer)) == 1
     widget.close_session()
 
@@ -91,12 +93,14 @@ def test_on_a_large_dask_plane_the_tiles_in_view_are_segmented_at_native_resolut
     camera.center, camera.zoom = (900, 1400), 1.0  # a few tiles around the disk
     widget = start(qtbot, viewer, repository=synthetic_repository)
     assert widget.tiled
-    widget.points_per_side.setValue(8)
-    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
-    assert "Visible region" in widget.status.text()  # the whole large plane is refused, with the way out
-    widget.region.setCurrentText("Visible region")
-    qtbot.mouseClick(widget.segment_all, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: len(_automatic_layers(viewer)) == 1 and widget.segment_all.text() == "Segment all", timeout=120000)
+    widget.form.points_per_side_spin.setValue(8)
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    assert "Visible region" in widget.form.status_label.text()  # the whole large plane is refused, with the way out
+    widget.form.region_box.setCurrentText("Visible region")
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: len(_automatic_layers(viewer)) == 1 and widget.form.segment_all_button.text() == "Segment all", timeout=120000
+    )
 
     (found,) = _automatic_layers(viewer)
     y0, x0, y1, x1 = found.metadata[AUTOMATIC_KEY]["region"]

@@ -80,9 +80,9 @@ def world(layer, x: float, y: float) -> np.ndarray:
 
 def start(qtbot, viewer, backend: str = "Local", **fields) -> TritonSamWidget:
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText(backend)
+    widget.form.backend_box.setCurrentText(backend)
     for name, value in fields.items():
-        getattr(widget, name).setText(str(value))
+        getattr(widget.form, f"{name}_field").setText(str(value))
     widget.connect_engine()
     qtbot.waitUntil(lambda: widget.ready, timeout=30000)
     return widget
@@ -130,8 +130,8 @@ def test_start_interrupted_between_its_layers_lets_go_of_its_session(qtbot, view
     image = viewer.add_image(disk_image(H, W, DISKS))
     before = _decode_threads()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText("Local")
-    widget.repository.setText(str(synthetic_repository))
+    widget.form.backend_box.setCurrentText("Local")
+    widget.form.repository_field.setText(str(synthetic_repository))
     action = widget.close_session if meanwhile == "close the panel" else lambda: viewer.layers.remove(image)
     made = _between_start_s_layers(viewer, action)
     widget.connect_engine()
@@ -140,18 +140,18 @@ def test_start_interrupted_between_its_layers_lets_go_of_its_session(qtbot, view
     assert made == [layers.PREVIEW_NAME, "event loop"]  # no prompt layers
     assert widget.session is None and not widget.ready and _decode_threads() == before
     if meanwhile == "remove the image":
-        assert "image layer was removed" in widget.status.toolTip()
+        assert "image layer was removed" in widget.form.status_label.toolTip()
 
 
 def test_start_with_the_image_removed_while_connecting_changes_nothing(qtbot, viewer, synthetic_repository):
     image = viewer.add_image(disk_image(H, W, DISKS))
     before = _decode_threads()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText("Local")
-    widget.repository.setText(str(synthetic_repository))
+    widget.form.backend_box.setCurrentText("Local")
+    widget.form.repository_field.setText(str(synthetic_repository))
     widget.connect_engine()  # the engine is made on a worker thread
     viewer.layers.remove(image)
-    qtbot.waitUntil(lambda: "image layer was removed" in widget.status.toolTip(), timeout=30000)
+    qtbot.waitUntil(lambda: "image layer was removed" in widget.form.status_label.toolTip(), timeout=30000)
     assert len(viewer.layers) == 0 and widget.session is None and _decode_threads() == before
 
 
@@ -197,7 +197,7 @@ def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image
         expected, _, _ = predictor.predict(point_coords=[[x, y]], point_labels=[1], multimask_output=False)
     np.testing.assert_array_equal(preview.data.astype(bool), expected[0])
     assert not preview.data[80, 80]
-    assert re.search(r"preview in \d+ ms · \d+ of \d+ mouse moves previewed$", widget.status.text())  # plain words
+    assert re.search(r"preview in \d+ ms · \d+ of \d+ mouse moves previewed$", widget.form.status_label.text())  # plain words
     np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)  # one fixed colour
 
     move(viewer, world(image, -40, 150))  # off the image: the preview goes
@@ -212,7 +212,7 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     click(viewer, world(image, 80, 80))
     preview = viewer.layers[layers.PREVIEW_NAME]
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
-    shown, moves = map(int, re.search(r"(\d+) of (\d+) mouse moves previewed", widget.status.text()).groups())
+    shown, moves = map(int, re.search(r"(\d+) of (\d+) mouse moves previewed", widget.form.status_label.text()).groups())
     assert shown <= moves  # a click's mask is no mouse move's preview
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)  # made at the first commit
@@ -223,7 +223,7 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     assert (
         made["labels"] == [1]
         and np.allclose(made["points"], [[80, 80]], atol=1)
-        and made["model_id"] == widget.model.currentText()
+        and made["model_id"] == widget.form.model_box.currentText()
     )
     objects.undo()
     assert not objects.data.any()
@@ -270,14 +270,14 @@ def test_planes_of_a_stack_use_their_own_cached_embedding_and_never_show_another
 
     viewer.dims.set_current_step(0, 1)
     assert not preview.data.any()  # cleared at once: never another plane's mask
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (1,), timeout=30000)
     move(viewer, world(image, 300, 150)[-2:])
     qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
     assert not preview.data[80, 80]
 
     hits = widget.session.cache.hits
     viewer.dims.set_current_step(0, 0)
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (0,), timeout=30000)
     assert widget.session.cache.hits > hits and widget.session.cache.misses == 2  # from the cache
     widget.close_session()
 
@@ -311,11 +311,11 @@ def test_leaving_the_canvas_takes_the_hover_preview_and_keeps_the_object_in_prog
 
     viewer.dims.set_current_step(0, 1)  # the slider, dragged with the cursor off the canvas
     assert not preview.data.any()  # at once: never another plane's object
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (1,), timeout=30000)
     qtbot.wait(300)
     assert not preview.data.any()  # not previewed where the cursor was before it left
     viewer.dims.set_current_step(0, 0)  # back, the cursor still off the canvas
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (0,), timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (0,), timeout=30000)
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)  # the plane's object in progress
     assert not (preview.data == 2).any()
     widget.close_session()
@@ -339,7 +339,7 @@ def test_scrubbing_back_to_a_cached_plane_while_another_encodes_keeps_the_plane_
     viewer.dims.set_current_step(0, 0)
     qtbot.waitUntil(lambda: len(encoded) == 1, timeout=10000)
     qtbot.wait(100)
-    assert widget.ready and widget._index == (0,)
+    assert widget.ready and widget.encoding.index == (0,)
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 80, 80)[-2:])
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
@@ -391,7 +391,7 @@ def test_replacing_the_layer_s_data_encodes_the_plane_anew_and_another_shape_nee
     assert not preview.data[80, 80]
 
     image.data = disk_image(H // 2, W, DISKS[:1])
-    assert widget.session is None and "changed shape" in widget.status.text()
+    assert widget.session is None and "changed shape" in widget.form.status_label.text()
     assert not preview.data.any()  # cleared, and no more previews
     move(viewer, world(image, 80, 80))
     qtbot.wait(300)
@@ -449,8 +449,8 @@ def test_settings_come_from_the_environment_first(monkeypatch, viewer):
     monkeypatch.setenv("TRITON_SAM_URL", "gpu-box:8001")
     monkeypatch.setenv("TRITON_SAM_MODEL", "sam2.1_hiera_small")
     widget = TritonSamWidget(viewer)
-    assert widget.backend.currentText() == "Triton" and widget.url.text() == "gpu-box:8001"
-    assert widget.model.currentText() == "sam2.1_hiera_small"
+    assert widget.form.backend_box.currentText() == "Triton" and widget.form.url_field.text() == "gpu-box:8001"
+    assert widget.form.model_box.currentText() == "sam2.1_hiera_small"
 
 
 def test_our_keys_do_not_collide_with_napari_defaults(viewer):
@@ -470,16 +470,16 @@ def test_our_keys_do_not_collide_with_napari_defaults(viewer):
 
 def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText("Local")
-    widget.repository.setText(str(synthetic_repository))
+    widget.form.backend_box.setCurrentText("Local")
+    widget.form.repository_field.setText(str(synthetic_repository))
     widget.find_models()
-    qtbot.waitUntil(lambda: widget.status.text().startswith("Local repository"), timeout=10000)
-    assert [widget.model.itemText(i) for i in range(widget.model.count())] == ["sam2.1_hiera_tiny"]
-    widget.backend.setCurrentText("Triton")
-    widget.url.setText(synthetic_server.grpc_url)
+    qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Local repository"), timeout=10000)
+    assert [widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())] == ["sam2.1_hiera_tiny"]
+    widget.form.backend_box.setCurrentText("Triton")
+    widget.form.url_field.setText(synthetic_server.grpc_url)
     widget.find_models()
-    qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=10000)
-    assert widget.model.currentText() == "sam2.1_hiera_tiny"
+    qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Triton at"), timeout=10000)
+    assert widget.form.model_box.currentText() == "sam2.1_hiera_tiny"
 
 
 def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_predicts(
@@ -488,12 +488,12 @@ def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_pre
     image = viewer.add_image(disk_image(H, W, DISKS))  # not square: SAM1 resizes the longest side
     viewer.reset_view()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.backend.setCurrentText("Triton")
-    widget.url.setText(models_server.grpc_url)
+    widget.form.backend_box.setCurrentText("Triton")
+    widget.form.url_field.setText(models_server.grpc_url)
     widget.find_models()
-    qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=10000)
-    assert sorted(widget.model.itemText(i) for i in range(widget.model.count())) == sorted(SERVED_MODELS)
-    widget.model.setCurrentText("mobile_sam")
+    qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Triton at"), timeout=10000)
+    assert sorted(widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())) == sorted(SERVED_MODELS)
+    widget.form.model_box.setCurrentText("mobile_sam")
     widget.connect_engine()
     qtbot.waitUntil(lambda: widget.ready, timeout=60000)
     with qtbot.waitSignal(widget.preview_shown, timeout=30000) as shown:
@@ -516,7 +516,7 @@ def test_neighbouring_planes_are_encoded_ahead(qtbot, viewer, synthetic_reposito
     widget = start(qtbot, viewer, repository=synthetic_repository)
     qtbot.waitUntil(lambda: len(widget.session.cache) == 3, timeout=30000)  # planes 0 and 2 too
     viewer.dims.set_current_step(0, 2)
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (2,), timeout=10000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (2,), timeout=10000)
     assert widget.session.cache.misses == 3  # no new encode for the plane that was guessed
 
 
@@ -548,22 +548,22 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     widget.toggle_encode_all()
     qtbot.waitUntil(lambda: len(widget.session.cache) >= 5, timeout=30000)
     widget.toggle_encode_all()  # stop
-    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=30000)
+    qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=30000)
     stopped_at = len(widget.session.cache)
-    assert stopped_at < 40 and widget.encode_all.text() == "Encode all planes"
+    assert stopped_at < 40 and widget.form.encode_all_button.text() == "Encode all planes"
     widget.toggle_encode_all()  # run to the end this time
-    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=60000)
+    qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=60000)
     assert len(widget.session.cache) == 40
 
     image.data = np.stack([disk_image(H, W, [(40 + 10 * i, 120, 30)]) for i in range(40)])
     qtbot.waitUntil(lambda: widget.ready and len(widget.session.cache) == 41, timeout=30000)  # the plane on screen
     widget.toggle_encode_all()
     done = []
-    widget._encode_all_worker.yielded.connect(done.append)
+    widget.encoding._all_worker.yielded.connect(done.append)
     qtbot.waitUntil(lambda: len(done) >= 3, timeout=30000)
     image.data = stack  # back to the planes encoded before: the run through the others stops
-    qtbot.waitUntil(lambda: widget._encode_all_worker is None, timeout=30000)
-    assert done[-1] < 40 and widget.encode_all.text() == "Encode all planes"
+    qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=30000)
+    assert done[-1] < 40 and widget.form.encode_all_button.text() == "Encode all planes"
     widget.close_session()
 
 
@@ -589,7 +589,7 @@ def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_
     move(viewer, world(image, 300, 150))
     qtbot.waitUntil(lambda: widget.session.in_flight == 1, timeout=5000)
     viewer.layers.remove(image)
-    assert "removed" in widget.status.text() and not widget.ready
+    assert "removed" in widget.form.status_label.text() and not widget.ready
     qtbot.waitUntil(lambda: widget.session.idle, timeout=5000)
     qtbot.wait(200)
     assert not preview.data.any()  # the late result was not shown
@@ -624,7 +624,10 @@ def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(qtb
     click(viewer, world(image, 300, 150))
     qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(
-        lambda: "accelerator fell over" in widget.status.text() or "Nothing to commit" in widget.status.text(), timeout=10000
+        lambda: (
+            "accelerator fell over" in widget.form.status_label.text() or "Nothing to commit" in widget.form.status_label.text()
+        ),
+        timeout=10000,
     )
     qtbot.wait(300)
     np.testing.assert_array_equal(objects.data, before)
@@ -650,7 +653,7 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies_mid_hove
         server.stop()
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1 and not preview.data[150, 300], timeout=30000)
     assert "Triton not used" in widget.session.engine.describe()
-    qtbot.waitUntil(lambda: "Triton not used" in widget.status.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "Triton not used" in widget.form.status_label.text(), timeout=5000)
     widget.close_session()
 
 
@@ -674,16 +677,18 @@ def test_a_stalled_server_times_out_with_a_clear_status_while_napari_stays_respo
         timer.start(20)
         move(viewer, world(image, 300, 150))
         click(viewer, world(image, 300, 150))
-        qtbot.waitUntil(lambda: "not answering" in widget.status.text(), timeout=30000)
+        qtbot.waitUntil(lambda: "not answering" in widget.form.status_label.text(), timeout=30000)
         timer.stop()
-        assert "StatusCode" not in widget.status.text() and "StatusCode" in widget.status.toolTip()  # details on hover
+        assert (
+            "StatusCode" not in widget.form.status_label.text() and "StatusCode" in widget.form.status_label.toolTip()
+        )  # details on hover
         assert len(ticks) > 50 and np.diff(ticks).max() < 0.5  # the event loop kept running throughout
         np.testing.assert_allclose(widget.session.object.points, [(300, 150)], atol=1)  # the click is kept
 
         os.kill(server.pid, signal.SIGCONT)
         move(viewer, world(image, 310, 150))
         qtbot.waitUntil(lambda: preview.data[150, 300] == 1 and not preview.data[80, 80], timeout=30000)
-        qtbot.waitUntil(lambda: widget.status.text().startswith("Triton at"), timeout=5000)
+        qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Triton at"), timeout=5000)
         widget.close_session()
     finally:
         if server.is_running():
@@ -705,11 +710,11 @@ def test_auto_goes_on_locally_when_the_server_is_killed_mid_encode(qtbot, viewer
         os.kill(server.pid, signal.SIGSTOP)
         viewer.dims.set_current_step(0, 2)  # plane 2 goes to the stalled server ...
         qtbot.wait(500)
-        assert "Encoding plane (2,)" in widget.status.text() and not widget.ready
+        assert "Encoding plane (2,)" in widget.form.status_label.text() and not widget.ready
         os.killpg(server.pid, signal.SIGKILL)  # ... which dies mid-encode, with its model processes
         qtbot.waitUntil(lambda: widget.ready, timeout=30000)
-        qtbot.waitUntil(lambda: "ready" in widget.status.text(), timeout=5000)
-        assert "Triton not used" in widget.status.text() and "not answering" in widget.status.text()
+        qtbot.waitUntil(lambda: "ready" in widget.form.status_label.text(), timeout=5000)
+        assert "Triton not used" in widget.form.status_label.text() and "not answering" in widget.form.status_label.text()
         move(viewer, world(image, 200, 120)[-2:])
         preview = viewer.layers[layers.PREVIEW_NAME]
         qtbot.waitUntil(lambda: preview.data[120, 200] == 1, timeout=10000)
@@ -756,7 +761,7 @@ def _used_engine(qtbot, viewer, synthetic_repository):
     widget = start(qtbot, viewer, repository=synthetic_repository)
     engine = weakref.ref(widget.session.engine)
     viewer.dims.set_current_step(0, 1)  # another plane: its encode and its neighbours' prefetch
-    qtbot.waitUntil(lambda: widget.ready and widget._index == (1,), timeout=10000)
+    qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (1,), timeout=10000)
     move(viewer, world(image, 80, 80)[-2:])
     key(viewer, "commit")  # at once: the object moved onto
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
@@ -825,10 +830,10 @@ def test_an_image_with_nan_says_so_and_nothing_is_encoded(qtbot, viewer, synthet
     data[0, 0] = np.nan
     viewer.add_image(data)
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.repository.setText(str(synthetic_repository))
-    widget.backend.setCurrentText("Local")
+    widget.form.repository_field.setText(str(synthetic_repository))
+    widget.form.backend_box.setCurrentText("Local")
     widget.connect_engine()
-    qtbot.waitUntil(lambda: "NaN" in widget.status.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "NaN" in widget.form.status_label.text(), timeout=20000)
     assert not widget.ready and len(widget.session.cache) == 0
     widget.close_session()
 
@@ -837,16 +842,16 @@ def test_in_3d_view_the_panel_says_that_sam_works_in_2d_and_the_keys_rest(qtbot,
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    qtbot.waitUntil(lambda: "ready (" in widget.status.text(), timeout=10000)  # the plane's news has come
+    qtbot.waitUntil(lambda: "ready (" in widget.form.status_label.text(), timeout=10000)  # the plane's news has come
     viewer.dims.ndisplay = 3
-    assert widget.status.text().startswith("3D view") and not widget.interactive()
-    widget._plane_ready(widget._index, 0.4)  # news of an encode that ends after the switch (as once in CI)
-    assert widget.status.text().startswith("3D view")
+    assert widget.form.status_label.text().startswith("3D view") and not widget.interaction.interactive()
+    widget.encoding.plane_ready(widget.encoding.index, 0.4)  # news of an encode that ends after the switch (as once in CI)
+    assert widget.form.status_label.text().startswith("3D view")
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(200)
-    assert widget.status.text().startswith("3D view") and layers.objects_name(image) not in viewer.layers
+    assert widget.form.status_label.text().startswith("3D view") and layers.objects_name(image) not in viewer.layers
     viewer.dims.ndisplay = 2
-    assert widget.status.text().endswith("ready.") and widget.interactive()
+    assert widget.form.status_label.text().endswith("ready.") and widget.interaction.interactive()
     widget.close_session()
 
 
@@ -859,7 +864,7 @@ def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: layers.objects_name(first) in viewer.layers, timeout=10000)
     second = viewer.add_image(disk_image(H, W, DISKS[::-1]), name="second")  # added later, same shape
-    widget.layer.setCurrentText("second")
+    widget.form.image_box.setCurrentText("second")
     widget.connect_engine()
     qtbot.waitUntil(lambda: widget.ready and widget.image.name == "second", timeout=30000)
     click(viewer, world(second, 300, 150))
@@ -1000,7 +1005,7 @@ def test_a_large_multiscale_plane_is_encoded_where_the_view_is_and_segmented_at_
     camera.center, camera.zoom = (896, 1400), 1.0  # a view of a few tiles around the second disk
     widget = start(qtbot, viewer, repository=synthetic_repository)
     session = widget.session
-    qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
     view = Tile(*layers.visible_region(image))
     assert view.y0 > 0 and view.x0 > 0 and view.y1 < BIG_H and view.x1 < BIG_W  # zoomed in: a part of the plane
     inside, near = view_order(session.tiles, view, around=512)
@@ -1050,7 +1055,7 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     camera.center, camera.zoom = (1300, 2500), 0.4  # 2.5 plane pixels a screen pixel: the level reduced twice
     widget = start(qtbot, viewer, repository=synthetic_repository)
     session = widget.session
-    qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
     assert session.tile_step == 2 and all(t.step == 2 for t in session.tiles)
 
     preview = viewer.layers[layers.PREVIEW_NAME]
@@ -1068,7 +1073,7 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     assert made["tile_step"] == 2 and made["tile"][3] - made["tile"][1] == 2048
 
     camera.center, camera.zoom = (896, 1400), 1.0  # zoomed in again: native tiles, full-resolution previews
-    qtbot.waitUntil(lambda: session.tile_step == 1 and "tiles in view ready" in widget.status.text(), timeout=60000)
+    qtbot.waitUntil(lambda: session.tile_step == 1 and "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
     move(viewer, world(image, 1400, 896))
     qtbot.waitUntil(lambda: _shown(preview, image, 1400, 896) == 1, timeout=10000)
     np.testing.assert_allclose(preview.scale, image.scale)
@@ -1089,9 +1094,9 @@ def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_
     camera.center, camera.zoom = (896, 1400), 1.0
     widget = start(qtbot, viewer, repository=synthetic_repository)
     session = widget.session
-    qtbot.waitUntil(lambda: "tiles in view ready" in widget.status.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
     inside, _ = view_order(session.tiles, Tile(*layers.visible_region(image)), around=0)
-    contrast = tuple(image.contrast_limits)
+    contrast = layers.encoding_contrast(image)
 
     def cached(plane: int) -> bool:
         inputs = [encoder_input(stack[plane][t.window], session.spec, contrast) for t in inside]
@@ -1099,9 +1104,9 @@ def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_
 
     qtbot.waitUntil(lambda: cached(1), timeout=60000)  # the neighbour's view, once the cursor rested
     assert not cached(2)
-    widget.encode_all.click()
-    qtbot.waitUntil(lambda: widget.encode_all.text() == "Encode all planes", timeout=60000)
-    assert cached(2) and "Encoded 3 of 3 planes" in widget.status.text()
+    widget.form.encode_all_button.click()
+    qtbot.waitUntil(lambda: widget.form.encode_all_button.text() == "Encode all planes", timeout=60000)
+    assert cached(2) and "Encoded 3 of 3 planes" in widget.form.status_label.text()
 
     hits, misses = session.cache.hits, session.cache.misses
     viewer.dims.set_current_step(0, 2)

@@ -92,7 +92,7 @@ class AutomaticSegmentation:
             return
         plane = layers.plane_data(image, index)  # read only where the generator crops it
         crops = [(t.x0, t.y0, t.x1, t.y1) for t in tiles] if tiles else [(x0, y0, x1, y1)]
-        contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
+        contrast = layers.encoding_contrast(image)
         generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
         bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
         cancel, over = CancelToken(), []

@@ -1,15 +1,20 @@
 """How the viewer's mouse and keys drive the session: napari bindings as module functions, as
-napari's own layer bindings are. Each acts on a widget's session and image, and only while the
-widget is interactive (a plane encoded and on screen, the SAM interaction switch on, 2D view).
+napari's own layer bindings are. Each acts on one `interaction.Interaction` alone (as napari's act
+on a layer), and only while it is interactive (a plane encoded and on screen, the SAM interaction
+switch on, 2D view).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import layers
+
+if TYPE_CHECKING:
+    from .interaction import Interaction
 
 KEYS = {  # checked against napari's own bindings in the tests
     "commit": "Shift-C",
@@ -27,17 +32,17 @@ def camera(viewer):
     return viewer.scene.camera if hasattr(viewer, "scene") else viewer.camera
 
 
-def hover(widget, viewer, event) -> None:
+def hover(target: Interaction, viewer, event) -> None:
     """Mouse move: ask for the preview of the object under the cursor."""
-    widget.cursor = event.position  # where a plane shown later is previewed without a move
-    if widget.interactive():
-        widget.session.hover(*layers.image_xy(widget.image, event.position))
+    target.cursor = event.position  # where a plane shown later is previewed without a move
+    if target.interactive():
+        target.hover(*layers.image_xy(target.image, event.position))
 
 
-def press(widget, viewer, event) -> Generator[None, None, None]:
+def press(target: Interaction, viewer, event) -> Generator[None, None, None]:
     """Mouse press: a click adds a point (negative with `NEGATIVE_MODIFIER`), a drag with
     `BOX_MODIFIER` sets a box; any other drag is napari's (pan)."""
-    if not widget.interactive() or event.button != 1:
+    if not target.interactive() or event.button != 1:
         return
     start = np.asarray(event.position, float)
     box = BOX_MODIFIER in event.modifiers
@@ -45,25 +50,27 @@ def press(widget, viewer, event) -> Generator[None, None, None]:
         camera(viewer).mouse_pan = False
     yield
     moved = False
-    x0, y0 = layers.image_xy(widget.image, start)
+    x0, y0 = layers.image_xy(target.image, start)
     while event.type == "mouse_move":
         moved = moved or np.abs(np.asarray(event.position) - start).max() * camera(viewer).zoom > CLICK_TOLERANCE_PX
         if box:
-            layers.show_box(widget.box, (x0, y0, *layers.image_xy(widget.image, event.position)))
+            target.show_box((x0, y0, *layers.image_xy(target.image, event.position)))
         yield
     if box:
         camera(viewer).mouse_pan = True
-        widget.set_box(x0, y0, *layers.image_xy(widget.image, event.position))
+        target.set_box(x0, y0, *layers.image_xy(target.image, event.position))
     elif not moved:
-        x, y = layers.image_xy(widget.image, event.position)
-        widget.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
+        x, y = layers.image_xy(target.image, event.position)
+        target.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
 
 
-def bind_keys(viewer, actions: dict[str, Callable[[], None]]) -> dict[str, Callable]:
-    """Bind `KEYS` to `actions` (by name); returns the bound callables for `unbind_keys`."""
+def bind_keys(viewer, target: Interaction) -> dict[str, Callable]:
+    """Bind `KEYS` to the methods of `target` of their names (commit, discard, undo, cycle);
+    returns the bound callables for `unbind_keys`."""
     bound = {}
     for name, key in KEYS.items():
-        bound[key] = lambda viewer, action=actions[name]: action()
+        action = getattr(target, name)
+        bound[key] = lambda viewer, action=action: action()
         viewer.bind_key(key, bound[key], overwrite=True)
     return bound
 

@@ -1,6 +1,8 @@
 """The dock widget's form: backend, server, model and layer, remembered between sessions.
 
-Only fields and their settings live here; `widget.TritonSamWidget` gives them behaviour.
+Only fields and their settings live here; `widget.TritonSamWidget` holds the form and gives them
+behaviour. Each field is named for its role and its kind (`model_box`, `start_button`), so that
+no name of a field is also the name of a layer or an engine.
 """
 
 from __future__ import annotations
@@ -89,53 +91,57 @@ class SettingsForm(QWidget):
         super().__init__()
         self._settings = QSettings("triton-sam", "triton-sam")
         s = self._settings
-        self.backend = QComboBox()
-        self.backend.addItems(list(BACKENDS))
+        self.backend_box = QComboBox()
+        self.backend_box.addItems(list(BACKENDS))
         chosen = _setting(s, "backend", ENV_BACKEND, "auto").lower()
-        self.backend.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
-        self.url = QLineEdit(_setting(s, "url", ENV_URL, default_url()))
-        self.api_key = QLineEdit(os.environ.get(ENV_API_KEY, ""))
-        self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
-        self.tls = QCheckBox("TLS")
-        self.tls.setChecked(_flag(s, "tls", False))
-        self.model = QComboBox()
-        self.model.addItems(list(MODELS))
-        self.model.setCurrentText(_setting(s, "model", ENV_MODEL, DEFAULT_MODEL))
-        self.repository = QLineEdit(_setting(s, "repository", ENV_MODEL_REPOSITORY, str(default_model_repository().resolve())))
-        self.layer = QComboBox()
-        self.refresh = QPushButton("Find models")
-        self.start = QPushButton("Start")
-        self.disk_cache = QCheckBox("Keep embeddings on disk")
-        self.disk_cache.setChecked(_flag(s, "disk_cache", True))
-        self.encode_all = QPushButton("Encode all planes")
-        self.propagate = QPushButton("Propagate label")
-        self.propagate.setToolTip(
+        self.backend_box.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
+        self.url_field = QLineEdit(_setting(s, "url", ENV_URL, default_url()))
+        self.api_key_field = QLineEdit(os.environ.get(ENV_API_KEY, ""))
+        self.api_key_field.setEchoMode(QLineEdit.EchoMode.Password)
+        self.tls_check = QCheckBox("TLS")
+        self.tls_check.setChecked(_flag(s, "tls", False))
+        self.model_box = QComboBox()
+        self.model_box.addItems(list(MODELS))
+        self.model_box.setCurrentText(_setting(s, "model", ENV_MODEL, DEFAULT_MODEL))
+        self.repository_field = QLineEdit(
+            _setting(s, "repository", ENV_MODEL_REPOSITORY, str(default_model_repository().resolve()))
+        )
+        self.image_box = QComboBox()
+        self.find_models_button = QPushButton("Find models")
+        self.start_button = QPushButton("Start")
+        self.disk_cache_check = QCheckBox("Keep embeddings on disk")
+        self.disk_cache_check.setChecked(_flag(s, "disk_cache", True))
+        self.encode_all_button = QPushButton("Encode all planes")
+        self.propagate_button = QPushButton("Propagate label")
+        self.propagate_button.setToolTip(
             "Track the objects layer's selected label from the plane on screen through the stack "
             "(SAM2.1 memory). Its mask on this plane is the prompt; correct a plane and propagate again from it."
         )
-        self.direction = QComboBox()
-        self.direction.addItems(list(DIRECTIONS))
-        self.propagated = QComboBox()
-        self.propagated.addItems(list(PROPAGATED))
-        self.propagated.setToolTip(
+        self.direction_box = QComboBox()
+        self.direction_box.addItems(list(DIRECTIONS))
+        self.propagated_box = QComboBox()
+        self.propagated_box.addItems(list(PROPAGATED))
+        self.propagated_box.setToolTip(
             "Track the objects layer's selected label, or every label on the plane on screen together "
             "(then each pixel goes to one of them: their masks never overlap)"
         )
-        self.max_planes = QSpinBox()
-        self.max_planes.setRange(0, 1_000_000)
-        self.max_planes.setSpecialValueText("all")
-        self.max_planes.setToolTip("How many planes to track each way from the plane on screen (all: to the end of the stack)")
-        self.segment_all = QPushButton("Segment all")
-        self.segment_all.setToolTip(
+        self.max_planes_spin = QSpinBox()
+        self.max_planes_spin.setRange(0, 1_000_000)
+        self.max_planes_spin.setSpecialValueText("all")
+        self.max_planes_spin.setToolTip(
+            "How many planes to track each way from the plane on screen (all: to the end of the stack)"
+        )
+        self.segment_all_button = QPushButton("Segment all")
+        self.segment_all_button.setToolTip(
             "Find every object on the plane on screen (or in the view) from a grid of point prompts, "
             "into a new labels layer; the objects layer is not touched. Press again to stop."
         )
-        self.region = QComboBox()
-        self.region.addItems(list(REGIONS))
-        self.points_per_side = _spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
-        self.pred_iou = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
-        self.stability = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
-        self.min_area = _spin(
+        self.region_box = QComboBox()
+        self.region_box.addItems(list(REGIONS))
+        self.points_per_side_spin = _spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
+        self.pred_iou_spin = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
+        self.stability_spin = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
+        self.min_area_spin = _spin(
             QSpinBox(),
             0,
             1_000_000,
@@ -143,10 +149,10 @@ class SettingsForm(QWidget):
             "Remove holes and specks up to this size (0: keep all). As the official generators count it: "
             "SAM2.1 in pixels of its 256 x 256 low-res masks, SAM1 and MobileSAM in image pixels.",
         )
-        self.enabled = QCheckBox("SAM interaction (hover, click, keys)")
-        self.enabled.setChecked(True)
-        self.status = QLabel("Not started.")
-        self.status.setWordWrap(True)
+        self.interaction_check = QCheckBox("SAM interaction (hover, click, keys)")
+        self.interaction_check.setChecked(True)
+        self.status_label = QLabel("Not started.")
+        self.status_label.setWordWrap(True)
         self._lay_out()
 
     def _lay_out(self) -> None:
@@ -159,25 +165,25 @@ class SettingsForm(QWidget):
         keys.setWordWrap(True)
         form = QFormLayout()
         for label, field in (
-            ("Backend", self.backend),
-            ("Triton URL", self.url),
-            ("API key", self.api_key),
-            ("", self.tls),
-            ("Model", self.model),
-            ("", self.refresh),
-            ("Model repository", self.repository),
-            ("Image layer", self.layer),
+            ("Backend", self.backend_box),
+            ("Triton URL", self.url_field),
+            ("API key", self.api_key_field),
+            ("", self.tls_check),
+            ("Model", self.model_box),
+            ("", self.find_models_button),
+            ("Model repository", self.repository_field),
+            ("Image layer", self.image_box),
         ):
             form.addRow(label, field)
         fields = QWidget()
         layout = QVBoxLayout(fields)
         layout.addLayout(form)
-        for widget in (self.disk_cache, self.start):
+        for widget in (self.disk_cache_check, self.start_button):
             layout.addWidget(widget)
-        self.stacks = self._propagation_box()
-        layout.addWidget(self.stacks)
+        self.stacks_group = self._propagation_box()
+        layout.addWidget(self.stacks_group)
         layout.addWidget(self._segment_all_box())
-        for widget in (self.enabled, self.status, keys):
+        for widget in (self.interaction_check, self.status_label, keys):
             layout.addWidget(widget)
         layout.addStretch()
         scroll = _VerticalScroll()  # a laptop's screen is shorter than the panel: it scrolls, never squeezes
@@ -189,27 +195,27 @@ class SettingsForm(QWidget):
     def _propagation_box(self) -> QGroupBox:
         box = QGroupBox("Stacks (z or t)")
         rows = QFormLayout(box)
-        rows.addRow(self.encode_all)
+        rows.addRow(self.encode_all_button)
         run = QHBoxLayout()
-        run.addWidget(self.propagate)
-        run.addWidget(self.direction)
+        run.addWidget(self.propagate_button)
+        run.addWidget(self.direction_box)
         rows.addRow(run)
-        rows.addRow("Labels", self.propagated)
-        rows.addRow("Planes each way", self.max_planes)
+        rows.addRow("Labels", self.propagated_box)
+        rows.addRow("Planes each way", self.max_planes_spin)
         return box
 
     def _segment_all_box(self) -> QGroupBox:
         box = QGroupBox("Automatic segmentation")
         rows = QFormLayout(box)
         run = QHBoxLayout()
-        run.addWidget(self.segment_all)
-        run.addWidget(self.region)
+        run.addWidget(self.segment_all_button)
+        run.addWidget(self.region_box)
         rows.addRow(run)
         for label, field in (
-            ("Points per side", self.points_per_side),
-            ("Predicted IoU >", self.pred_iou),
-            ("Stability >=", self.stability),
-            ("Min. region (px)", self.min_area),
+            ("Points per side", self.points_per_side_spin),
+            ("Predicted IoU >", self.pred_iou_spin),
+            ("Stability >=", self.stability_spin),
+            ("Min. region (px)", self.min_area_spin),
         ):
             rows.addRow(label, field)
         return box
@@ -218,58 +224,58 @@ class SettingsForm(QWidget):
 
     def chosen_backend(self) -> str:
         """ "auto", "triton" or "local"."""
-        return BACKENDS[self.backend.currentText()]
+        return BACKENDS[self.backend_box.currentText()]
 
     def chosen_direction(self) -> str:
         """ "both", "forwards" or "backwards"."""
-        return DIRECTIONS[self.direction.currentText()]
+        return DIRECTIONS[self.direction_box.currentText()]
 
     def propagates_all(self) -> bool:
         """Whether Propagate tracks every label on the plane on screen (else the selected one)."""
-        return PROPAGATED[self.propagated.currentText()]
+        return PROPAGATED[self.propagated_box.currentText()]
 
     def chosen_max_planes(self) -> int | None:
         """How many planes to track each way; None: to the end of the stack."""
-        return self.max_planes.value() or None
+        return self.max_planes_spin.value() or None
 
     def chosen_region(self) -> str:
         """ "plane" or "view": what Segment all segments."""
-        return REGIONS[self.region.currentText()]
+        return REGIONS[self.region_box.currentText()]
 
     def automatic_options(self) -> dict:
         """The generator's parameters the form sets (the rest keep the official defaults)."""
         return {
-            "points_per_side": self.points_per_side.value(),
-            "pred_iou_thresh": round(self.pred_iou.value(), 3),
-            "stability_score_thresh": round(self.stability.value(), 3),
-            "min_mask_region_area": self.min_area.value(),
+            "points_per_side": self.points_per_side_spin.value(),
+            "pred_iou_thresh": round(self.pred_iou_spin.value(), 3),
+            "stability_score_thresh": round(self.stability_spin.value(), 3),
+            "min_mask_region_area": self.min_area_spin.value(),
         }
 
     def chosen_model(self) -> ModelSpec:
-        return get_model(self.model.currentText())
+        return get_model(self.model_box.currentText())
 
     def chosen_repository(self) -> Path:
-        return Path(self.repository.text()).expanduser()
+        return Path(self.repository_field.text()).expanduser()
 
     def connection(self) -> TritonConnection:
         """The Triton server the form names."""
-        url, api_key = self.url.text().strip() or None, self.api_key.text() or None
-        return TritonConnection(url=url, ssl=self.tls.isChecked(), api_key=api_key)
+        url, api_key = self.url_field.text().strip() or None, self.api_key_field.text() or None
+        return TritonConnection(url=url, ssl=self.tls_check.isChecked(), api_key=api_key)
 
     def set_status(self, text: str) -> None:
         """Show `text` shortened (`short_status`); the status line's tooltip has all of it."""
-        self.status.setText(short_status(text))
-        self.status.setToolTip(text)
+        self.status_label.setText(short_status(text))
+        self.status_label.setToolTip(text)
 
     def save_settings(self) -> None:
         """Remember the choices for the next session (the API key is never stored)."""
         s = self._settings
         s.setValue("backend", self.chosen_backend())
-        s.setValue("url", self.url.text())
-        s.setValue("tls", "true" if self.tls.isChecked() else "false")
-        s.setValue("model", self.model.currentText())
-        s.setValue("repository", self.repository.text())
-        s.setValue("disk_cache", "true" if self.disk_cache.isChecked() else "false")
+        s.setValue("url", self.url_field.text())
+        s.setValue("tls", "true" if self.tls_check.isChecked() else "false")
+        s.setValue("model", self.model_box.currentText())
+        s.setValue("repository", self.repository_field.text())
+        s.setValue("disk_cache", "true" if self.disk_cache_check.isChecked() else "false")
 
 
 def _spin(field, low, high, value, tip: str):

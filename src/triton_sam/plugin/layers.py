@@ -14,7 +14,7 @@ import numpy as np
 from napari.layers import Image, Labels, Points, Shapes
 from napari.utils.colormaps import DirectLabelColormap
 
-from ..image import lazy_index
+from ..image import ContrastLimits, lazy_index
 from ..session import Offset
 
 PREVIEW_NAME = "triton-sam preview"
@@ -106,6 +106,12 @@ def image_xy(layer: Image, world_point) -> tuple[float, float]:
     """(x, y) in the layer's data pixels (pixel centres at integers) of a world point."""
     data = layer.world_to_data(world_point)
     return float(data[-1]), float(data[-2])
+
+
+def encoding_contrast(layer: Image) -> ContrastLimits | None:
+    """The layer's contrast as the model sees it: its planes are scaled to uint8 from the contrast
+    limits the user sees them with; None for RGB(A), which SAM sees as it is."""
+    return None if layer.rgb else tuple(float(c) for c in layer.contrast_limits)
 
 
 def plane_shape(layer: Image) -> tuple[int, int]:

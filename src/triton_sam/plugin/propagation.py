@@ -76,7 +76,7 @@ class LabelPropagation:
         `objects` along `axis` of `image`."""
         region = np.asarray(objects.data[index])
         masks = {label: region == label for label in labels}
-        contrast = None if image.rgb else tuple(float(c) for c in image.contrast_limits)
+        contrast = layers.encoding_contrast(image)
         rest = index[:axis] + index[axis + 1 :]
         state_key = (id(image), axis, rest, contrast, tuple(labels))
         frame = index[axis]

@@ -1,14 +1,15 @@
-"""The triton-sam dock widget's lifecycle: engine, planes, previews, commits, and closing.
+"""The triton-sam dock widget's lifecycle: engine, session, controllers, and closing.
 
-Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`);
-the form is `form.SettingsForm`, mouse and keys are `bindings`. Encoding and connecting run in
-napari thread workers; previews arrive on a worker thread and are moved to the GUI thread before
-they touch a layer.
+Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`).
+The widget holds its form (`form.SettingsForm`) and wires controllers, as napari panels wire
+layers: `encoding.PlaneEncoding` encodes planes, `interaction.Interaction` is what mouse and keys
+(`bindings`) act on, `propagation` and `automatic` run Propagate and Segment all. Encoding and
+connecting run in napari thread workers; previews arrive on a worker thread and are moved to the
+GUI thread before they touch a layer.
 """
 
 from __future__ import annotations
 
-import time
 import weakref
 from dataclasses import replace
 from functools import partial
@@ -17,33 +18,33 @@ import napari
 import numpy as np
 from napari.layers import Image
 from qtpy.QtCore import QEvent, QTimer, Signal
+from qtpy.QtWidgets import QVBoxLayout, QWidget
 from superqt.utils import ensure_main_thread
 
 from ..engines import create_engine, offered_models
 from ..errors import InvalidInputError
 from ..features import FeatureCache, default_disk_dir
 from ..registry import MODELS
-from ..session import InteractiveSession, ObjectPrompts, Preview
+from ..session import InteractiveSession
 from ..tiles import Tile, tile_grid, view_order
 from . import bindings, layers
 from .automatic import VIEW, AutomaticSegmentation
+from .encoding import MAX_VIEW_TILES, PlaneEncoding
 from .form import SettingsForm
+from .interaction import Interaction
 from .propagation import LabelPropagation, stack_axis
 from .workers import make_worker
 
-MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
-AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
-VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
-CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
 
 
-class TritonSamWidget(SettingsForm):
+class TritonSamWidget(QWidget):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit.
 
-    The form is `SettingsForm`; mouse and keys are `bindings`; this class is the lifecycle: engine,
-    planes, previews, commits, and letting go of all of it when the panel closes.
+    It holds its form (`form`) and its controllers (`encoding`, `interaction`, Propagate and
+    Segment all); this class is the lifecycle: engine, session, the buttons' runs, and letting go
+    of all of it when the panel closes.
     """
 
     # Emitted with the `Preview` just written to the preview layer (benchmarks time event -> screen).
@@ -52,36 +53,44 @@ class TritonSamWidget(SettingsForm):
     def __init__(self, napari_viewer: napari.Viewer) -> None:
         super().__init__()
         self.viewer = napari_viewer
-        self.session: InteractiveSession | None = None
-        self.image: Image | None = None
-        self.preview: layers.LivePreview | layers.WindowPreview | None = None
-        self.prompts = self.box = None  # layers drawing the prompts
-        self._index: tuple[int, ...] | None = None
-        self.cursor = None  # world position of the last mouse move over the canvas (None once it left)
-        self._encoding = None
+        self.form = SettingsForm()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.form)
+        self.encoding = PlaneEncoding(
+            napari_viewer,
+            self,
+            set_status=self.form.set_status,
+            say_ready=self.say_ready,
+            failed=self._failed,
+            on_leaving=lambda: self.interaction.leave_plane(),
+            on_shown=lambda: self.interaction.plane_shown(),
+            on_all_finished=self._encode_all_finished,
+            on_new_pixels=self._on_new_pixels,
+        )
+        self.interaction = Interaction(
+            napari_viewer,
+            self.encoding,
+            switched_on=self.form.interaction_check.isChecked,
+            set_status=self.form.set_status,
+            failed=self._failed,
+            on_preview_shown=self.preview_shown.emit,
+        )
+        self._chosen: Image | None = None  # the image layer being started on
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
-        self._encode_all_worker = None
-        self._propagation = LabelPropagation(self.set_status, self._propagation_finished)
-        self._automatic = AutomaticSegmentation(self.set_status, lambda: self.segment_all.setText("Segment all"))
-        self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
-        self._view_timer = QTimer(self, singleShot=True, interval=VIEW_SETTLE_MS)
-        self._view_timer.timeout.connect(self._encode_view)
-        self._change_timer = QTimer(self, singleShot=True, interval=CHANGE_SETTLE_MS)
-        self._change_timer.timeout.connect(self._image_rested)
-        self._followed: Image | None = None  # the layer whose pixels and contrast limits the panel follows
-        self._layout: tuple | None = None  # its dimensions, shape and colour when followed
-        self._image_name = ""  # and its name (its objects layer is found by it)
-        self._on_move = partial(bindings.hover, self)
-        self._on_press = partial(bindings.press, self)
-        self.refresh.clicked.connect(self.find_models)
-        self.start.clicked.connect(self.connect_engine)
-        self.encode_all.clicked.connect(self.toggle_encode_all)
-        self.propagate.clicked.connect(self.toggle_propagate)
-        self.segment_all.clicked.connect(self.toggle_segment_all)
-        self.enabled.toggled.connect(self._on_enabled)
-        self.layer.currentTextChanged.connect(self._enable_stack_controls)
+        self._propagation = LabelPropagation(self.form.set_status, self._propagation_finished)
+        self._automatic = AutomaticSegmentation(self.form.set_status, lambda: self.form.segment_all_button.setText("Segment all"))
+        self._on_move = partial(bindings.hover, self.interaction)
+        self._on_press = partial(bindings.press, self.interaction)
+        self.form.find_models_button.clicked.connect(self.find_models)
+        self.form.start_button.clicked.connect(self.connect_engine)
+        self.form.encode_all_button.clicked.connect(self.toggle_encode_all)
+        self.form.propagate_button.clicked.connect(self.toggle_propagate)
+        self.form.segment_all_button.clicked.connect(self.toggle_segment_all)
+        self.form.interaction_check.toggled.connect(self._on_enabled)
+        self.form.image_box.currentTextChanged.connect(self._enable_stack_controls)
         # napari deletes docked widgets with its window without closing them, and may keep their
         # Python side alive: the engine goes when the Qt side does.
         self.destroyed.connect(partial(_let_go_of, weakref.ref(self)))
@@ -93,15 +102,14 @@ class TritonSamWidget(SettingsForm):
         """Follow the viewer: mouse, sliders, layer list, keys."""
         self.viewer.mouse_move_callbacks.append(self._on_move)
         self.viewer.mouse_drag_callbacks.append(self._on_press)
-        self.viewer.dims.events.current_step.connect(self._on_step)
+        self.viewer.dims.events.current_step.connect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.connect(self._on_canvas_crossed)
-        bindings.camera(self.viewer).events.center.connect(self._on_view)
-        bindings.camera(self.viewer).events.zoom.connect(self._on_view)
+        bindings.camera(self.viewer).events.center.connect(self.encoding.view_moved)
+        bindings.camera(self.viewer).events.zoom.connect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
-        actions = {"commit": self.commit, "discard": self.discard, "undo": self.undo, "cycle": self.cycle}
-        self._key_actions = bindings.bind_keys(self.viewer, actions)
+        self._key_actions = bindings.bind_keys(self.viewer, self.interaction)
 
     def _unhook(self) -> None:
         """Stop following the viewer (the panel was closed): no callback of ours may outlive it."""
@@ -111,11 +119,11 @@ class TritonSamWidget(SettingsForm):
         ):
             if callback in callbacks:
                 callbacks.remove(callback)
-        self.viewer.dims.events.current_step.disconnect(self._on_step)
+        self.viewer.dims.events.current_step.disconnect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.disconnect(self._on_canvas_crossed)
-        bindings.camera(self.viewer).events.center.disconnect(self._on_view)
-        bindings.camera(self.viewer).events.zoom.disconnect(self._on_view)
+        bindings.camera(self.viewer).events.center.disconnect(self.encoding.view_moved)
+        bindings.camera(self.viewer).events.zoom.disconnect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
         bindings.unbind_keys(self.viewer, self._key_actions)
@@ -126,21 +134,24 @@ class TritonSamWidget(SettingsForm):
     def _refresh_layers(self, event=None) -> None:
         if self.session is not None and self.image is not None and self.image not in self.viewer.layers:
             # Only state changes here: napari may be tearing its layers down (viewer closing).
-            self._index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
-            self.set_status(IMAGE_REMOVED)
-        current = self.layer.currentText()
+            self.encoding.index = None  # not ready: moves, clicks and keys are ignored, late previews dropped
+            self.form.set_status(IMAGE_REMOVED)
+        current = self.form.image_box.currentText()
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
-        self.layer.clear()
-        self.layer.addItems(names)
+        self.form.image_box.clear()
+        self.form.image_box.addItems(names)
         active = self.viewer.layers.selection.active
         preferred = current if current in names else getattr(active, "name", None)
         if preferred in names:
-            self.layer.setCurrentText(preferred)
+            self.form.image_box.setCurrentText(preferred)
 
     def find_models(self) -> None:
         """Fill the model list with what the server (or the local repository) offers."""
         worker = make_worker(
-            offered_models, self.chosen_backend(), self.chosen_repository(), replace(self.connection(), timeout_s=3.0)
+            offered_models,
+            self.form.chosen_backend(),
+            self.form.chosen_repository(),
+            replace(self.form.connection(), timeout_s=3.0),
         )
         worker.returned.connect(self._models_found)
         worker.errored.connect(self._failed)
@@ -148,53 +159,55 @@ class TritonSamWidget(SettingsForm):
 
     def _models_found(self, found: tuple[str, list[str]]) -> None:
         where, models = found
-        current = self.model.currentText()
-        self.model.clear()
-        self.model.addItems(models or list(MODELS))
+        current = self.form.model_box.currentText()
+        self.form.model_box.clear()
+        self.form.model_box.addItems(models or list(MODELS))
         if current in models or not models:
-            self.model.setCurrentText(current)
-        self.set_status(f"{where}: {', '.join(models) if models else 'no exported models'}.")
+            self.form.model_box.setCurrentText(current)
+        self.form.set_status(f"{where}: {', '.join(models) if models else 'no exported models'}.")
 
     # --- engine and planes ----------------------------------------------------------------------
 
     def connect_engine(self) -> None:
         """Create the engine (off the GUI thread), then encode the plane on screen."""
-        if self.layer.currentText() not in self.viewer.layers:
-            self.set_status("Add an image layer first.")
+        if self.form.image_box.currentText() not in self.viewer.layers:
+            self.form.set_status("Add an image layer first.")
             return
-        self.save_settings()
+        self.form.save_settings()
         self._closed = False
-        self.image = self.viewer.layers[self.layer.currentText()]
-        backend = self.chosen_backend()
-        self.set_status(f"Connecting ({backend}) ...")
-        self.start.setEnabled(False)
-        worker = make_worker(create_engine, self.chosen_model(), backend, self.chosen_repository(), connection=self.connection())
+        self._chosen = self.viewer.layers[self.form.image_box.currentText()]
+        backend = self.form.chosen_backend()
+        self.form.set_status(f"Connecting ({backend}) ...")
+        self.form.start_button.setEnabled(False)
+        worker = make_worker(
+            create_engine, self.form.chosen_model(), backend, self.form.chosen_repository(), connection=self.form.connection()
+        )
         worker.returned.connect(self._engine_ready)
         worker.errored.connect(self._failed)
-        worker.finished.connect(lambda: self.start.setEnabled(True))
+        worker.finished.connect(lambda: self.form.start_button.setEnabled(True))
         worker.start()
 
     def _engine_ready(self, engine) -> None:
         if self._closed:  # the widget was closed while connecting
             engine.close()
             return
-        if self.image not in self.viewer.layers:
+        if self._chosen not in self.viewer.layers:
             engine.close()
-            self.set_status(IMAGE_REMOVED)
+            self.form.set_status(IMAGE_REMOVED)
             return
         self.close_session()
         self._closed = False
-        disk_dir = default_disk_dir() if self.disk_cache.isChecked() else None
+        disk_dir = default_disk_dir() if self.form.disk_cache_check.isChecked() else None
         try:
             cache = FeatureCache(engine, disk_dir=disk_dir)
         except InvalidInputError as error:  # $TRITON_SAM_DISK_CACHE_GB
             engine.close()
             self._failed(error)
             return
-        session = InteractiveSession(engine, self._preview_ready, cache=cache, on_error=self._failed)
-        large = session.is_tiled(layers.plane_shape(self.image))
-        layer = layers.preview_layer(self.viewer, self.image, window=large)
-        self.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
+        session = InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._failed)
+        large = session.is_tiled(layers.plane_shape(self._chosen))
+        layer = layers.preview_layer(self.viewer, self._chosen, window=large)
+        self.interaction.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
         # napari takes ~0.1 s for each new layer: the prompt layers come a turn of the event loop
         # later, so that the window is not frozen for all of them at once (a timer, not 0 ms: Qt
         # runs a 0-ms single shot with the posted events, before input and other timers).
@@ -206,258 +219,74 @@ class TritonSamWidget(SettingsForm):
         if self._starting is not session:  # the panel was closed, or started anew, meanwhile
             return
         self._starting = None
-        if self.image not in self.viewer.layers:
+        if self._chosen not in self.viewer.layers:
             session.close()
-            self.set_status(IMAGE_REMOVED)
+            self.form.set_status(IMAGE_REMOVED)
             return
-        self.session = session
-        self.prompts, self.box = layers.prompt_layers(self.viewer, self.image, above=self.preview.layer)
+        self.encoding.begin(session, self._chosen)
+        interaction = self.interaction
+        interaction.prompts, interaction.box = layers.prompt_layers(self.viewer, self.image, above=interaction.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
-        self._index = None
-        self._follow(self.image)
+        self.encoding.follow(self.image)
         self.say_ready(f"{session.engine.describe()}: ready.")
-        self._on_step()
+        self.encoding.step_moved()
 
     def _enable_stack_controls(self, name: str = "") -> None:
         """The stack's buttons only for a layer with planes to go through (3D or more, colour aside)."""
         layer = self.viewer.layers[name] if name in self.viewer.layers else None
         stacked = isinstance(layer, Image) and layer.ndim > 2
-        self.stacks.setEnabled(stacked or self._propagation.running or self._encode_all_worker is not None)  # can stop
-        self.stacks.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
+        self.form.stacks_group.setEnabled(stacked or self._propagation.running or self.encoding.encoding_all)  # can stop
+        self.form.stacks_group.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
 
     @ensure_main_thread
     def _failed(self, error: Exception) -> None:
-        self.set_status(f"Error: {error}")
+        self.form.set_status(f"Error: {error}")
 
-    def _on_step(self, event=None) -> None:
-        """The sliders moved: encode the plane now on screen (cached planes are instant)."""
-        if self.session is None or self.image is None or self.image not in self.viewer.layers:
-            return
-        index = layers.plane_index(self.image, self.viewer.dims.point)
-        if index != self._index:
-            self._show_plane(index, f"Encoding plane {index or '(2D)'} ...")
-
-    def _follow(self, image: Image | None) -> None:
-        """Encode the plane on screen again when `image`'s contrast limits or pixels change, and keep
-        its objects layer when it is renamed (None: stop following)."""
-        if self._followed is not None:
-            self._followed.events.contrast_limits.disconnect(self._on_contrast)
-            self._followed.events.data.disconnect(self._on_data)
-            self._followed.events.name.disconnect(self._on_rename)
-        self._change_timer.stop()
-        self._followed, self._layout = image, None
-        if image is not None:
-            self._layout, self._image_name = _layout(image), image.name
-            image.events.contrast_limits.connect(self._on_contrast)
-            image.events.data.connect(self._on_data)
-            image.events.name.connect(self._on_rename)
-
-    def _on_rename(self, event=None) -> None:
-        """The image layer was renamed: its objects layer goes with it (commits, Propagate)."""
-        layers.rename_objects_layer(self.viewer, self._image_name, self._followed)
-        self._image_name = self._followed.name
-
-    def _on_contrast(self, event=None) -> None:
-        if not self._followed.rgb:  # (SAM sees RGB as it is)
-            self._change_timer.start()  # (again): a slider drag sends many changes
-
-    def _on_data(self, event=None) -> None:
-        """The layer's data was replaced (a filter, a plugin): the plane on screen is encoded anew;
-        data of another shape needs Start (the panel's layers have the old one). Encoding all planes,
-        propagating and Segment all, which read the old planes, stop."""
-        self._propagation.image_changed(self._followed)
+    def _on_new_pixels(self, same_layout: bool) -> None:
+        """The layer's data was replaced (a filter, a plugin): propagating and Segment all, which
+        read the old planes, stop; data of another shape needs Start (the panel's layers have the old one)."""
+        self._propagation.image_changed(self.image)
         self._automatic.stop("the image's data changed")
-        if self._encode_all_worker is not None:
-            self._encode_all_worker.quit()
-        if _layout(self._followed) == self._layout:
-            self._change_timer.start()
-            return
-        self.close_session()
-        self.set_status("The image layer's data changed shape: press Start to segment it.")
+        if not same_layout:
+            self.close_session()
+            self.form.set_status("The image layer's data changed shape: press Start to segment it.")
 
-    def _image_rested(self) -> None:
-        """Contrast limits or pixels rest: the model sees the plane as the user does (cached limits are instant)."""
-        if self._index is not None and self.session is not None and self.image in self.viewer.layers:
-            self._show_plane(self._index, f"The image changed: encoding plane {self._index or '(2D)'} as now shown ...")
+    @property
+    def session(self) -> InteractiveSession | None:
+        """The session started (None before Start and once closed)."""
+        return self.encoding.session
 
-    def _show_plane(self, index: tuple[int, ...], status: str) -> None:
-        """Encode plane `index` of the image (with its contrast limits of now) and show it to the session."""
-        self._index = index
-        self.session.leave()
-        self.preview.show(None)  # at once: never another plane's mask (nor its object)
-        self.draw_prompts(clear=True)
-        key = layers.plane_key(self.image, index)
-        data = layers.plane_data(self.image, index)
-        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
-        self.set_status(status)
-        started = time.perf_counter()
-        worker = make_worker(
-            self.session.set_plane,
-            key,
-            data,
-            contrast,
-            layers.plane_levels(self.image, index),
-            progress={"desc": "triton-sam: encoding"},
-        )
-        worker.returned.connect(lambda _: self._plane_ready(index, time.perf_counter() - started))
-        worker.errored.connect(self._failed)
-        self._encoding = worker
-        worker.start()
-
-    def _plane_ready(self, index, seconds: float) -> None:
-        if self.session is None or self.image is None or index != self._index:
-            return  # closed, or the user moved on while this plane was encoded
-        self.draw_prompts()  # the object in progress on this plane, if any
-        self._preview_at_cursor()
-        if self.tiled:
-            self._encode_view()
-            return
-        self.say_ready(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
-        self._prefetch_neighbours(index)
-
-    def _preview_at_cursor(self) -> None:
-        """Preview where the cursor rests: a plane just shown (slider keys, the wheel, the image
-        changed) previews without a move, and no preview of the plane as it was stays. With the
-        cursor off the canvas, the plane's object in progress shows."""
-        if not self.interactive():
-            return
-        if self.cursor is None:
-            self.session.leave()
-        else:
-            self.session.hover(*layers.image_xy(self.image, self.cursor))
+    @property
+    def image(self) -> Image | None:
+        """The image layer the session was started on."""
+        return self.encoding.image
 
     @property
     def tiled(self) -> bool:
         """The plane on screen is large: covered by tiles, encoded as they come into view."""
-        return self.ready and self._large
-
-    @property
-    def _large(self) -> bool:
-        """The image's planes are large (tiled)."""
-        return self.session.is_tiled(layers.plane_shape(self.image))
-
-    def _on_view(self, event=None) -> None:
-        """Pan or zoom: stop encoding the tiles of the old view; choose anew once the view rests."""
-        self._view_generation += 1
-        if self.tiled:
-            self._view_timer.start()
-
-    def _encode_view(self) -> None:
-        """Encode the tiles in view (centre first), then those around it, in the background; the
-        tiles are as coarse as the screen's pixels (zoomed out: the plane reduced, a pyramid level)."""
-        if not self.tiled:
-            return
-        self._view_generation += 1
-        generation, session = self._view_generation, self.session
-        session.set_tile_step(layers.screen_step(self.image, bindings.camera(self.viewer).zoom))
-        view = Tile(*layers.visible_region(self.image))
-        inside, near = view_order(session.tiles, view, around=session.spec.input_size * session.tile_step // 2)
-        if len(inside) > MAX_VIEW_TILES:
-            self.set_status(
-                f"Zoom in to segment: the view shows {len(inside)} tiles and up to {MAX_VIEW_TILES} are encoded at a time."
-            )
-            return
-        ahead = (inside + near)[:MAX_VIEW_TILES]
-        todo = [t for t in ahead if t in inside and not session.encoded(t)]
-        around = [t for t in ahead if t not in inside and not session.encoded(t)]
-        visible, index = len(todo), self._index
-
-        def moved_on() -> bool:
-            return generation != self._view_generation or session is not self.session
-
-        def encode() -> None:
-            session.encode_tiles(todo, partial(self._tiles_progress, visible=visible), moved_on)
-            # The tiles around the view are work ahead of need: they wait while the cursor moves.
-            session.encode_tiles(
-                around, partial(self._tiles_progress, visible=visible, before=visible), moved_on, AROUND_VIEW_WAIT_S
-            )
-
-        worker = make_worker(encode)
-        worker.errored.connect(self._failed)
-        worker.returned.connect(lambda _: moved_on() or self._prefetch_neighbours(index, inside, moved_on))
-        worker.start()
-
-    def _view_tiles(self) -> list[Tile]:
-        """The tiles of the plane shown that meet the view, nearest its centre first."""
-        return view_order(self.session.tiles, Tile(*layers.visible_region(self.image)), around=0)[0]
-
-    @ensure_main_thread
-    def _tiles_progress(self, done: int, total: int, visible: int, before: int = 0) -> None:
-        """`done` of `total` tiles encoded, after `before` others; the first `visible` are in view."""
-        if self.session is None:
-            return
-        done, total = done + before, total + before
-        if done < visible:
-            progress = f"encoding the tiles in view: {done} of {visible}"
-        else:
-            progress = f"tiles in view ready; around it {done - visible} of {total - visible}"
-        self.say_ready(f"{self.session.engine.describe()}: {progress}.")
-
-    def _prefetch_neighbours(self, index: tuple[int, ...], tiles: list[Tile] = (), view_moved=lambda: False) -> None:
-        """Encode the planes one step away on each slider in the background (cached by content):
-        whole, or of large planes the `tiles` in view, these once the cursor rests and until
-        `view_moved()`."""
-        shape = self.image.data.shape[: self.image.ndim - 2]
-        neighbours = [
-            index[:axis] + (index[axis] + step,) + index[axis + 1 :]
-            for axis in range(len(index))
-            for step in (1, -1)
-            if 0 <= index[axis] + step < shape[axis]
-        ]
-        if not neighbours:
-            return
-        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
-        session, image = self.session, self.image
-
-        def moved_on() -> bool:
-            return session is not self.session or self._index != index or view_moved()  # stop guessing
-
-        def prefetch():
-            for neighbour in neighbours:
-                if moved_on():
-                    return
-                data, levels = layers.plane_data(image, neighbour), layers.plane_levels(image, neighbour)
-                session.prefetch(data, contrast, tiles, levels, moved_on, AROUND_VIEW_WAIT_S if tiles else 0.0)
-
-        make_worker(prefetch).start()
+        return self.encoding.tiled
 
     def toggle_encode_all(self) -> None:
         """Encode every plane of the layer in the background (with progress); of large planes, the
         tiles in view now (the same region of every plane). Pressed again, stop."""
-        if self._encode_all_worker is not None:
-            self._encode_all_worker.quit()
+        if self.encoding.encoding_all:
+            self.encoding.stop_all()
             return
         if self.session is None:
-            self.set_status("Press Start first.")
+            self.form.set_status("Press Start first.")
             return
-        shape = self.image.data.shape[: self.image.ndim - 2]
-        indices = list(np.ndindex(*shape))
-        contrast = None if self.image.rgb else tuple(self.image.contrast_limits)
-        session, image = self.session, self.image
-        tiles = self._view_tiles() if self._large else []
-
-        def encode_all():
-            planes = [(layers.plane_data(image, index), layers.plane_levels(image, index)) for index in indices]
-            yield from session.prefetch_planes(planes, contrast, tiles, lambda: worker.abort_requested)
-
-        worker = make_worker(encode_all, progress={"total": len(indices), "desc": "triton-sam: encoding all planes"})
-        worker.yielded.connect(lambda done: self.set_status(f"Encoded {done} of {len(indices)} planes."))
-        worker.finished.connect(self._encode_all_finished)
-        worker.errored.connect(self._failed)
-        self._encode_all_worker = worker
-        self.encode_all.setText("Stop encoding")
-        worker.start()
+        self.encoding.encode_all()
+        self.form.encode_all_button.setText("Stop encoding")
 
     def _encode_all_finished(self) -> None:
-        self._encode_all_worker = None
-        self.encode_all.setText("Encode all planes")
-        self._enable_stack_controls(self.layer.currentText())
+        self.form.encode_all_button.setText("Encode all planes")
+        self._enable_stack_controls(self.form.image_box.currentText())
 
     def _propagation_finished(self) -> None:
-        self.propagate.setText("Propagate label")
-        self._enable_stack_controls(self.layer.currentText())
+        self.form.propagate_button.setText("Propagate label")
+        self._enable_stack_controls(self.form.image_box.currentText())
 
     def toggle_propagate(self) -> None:
         """Track the objects layer's selected label (or every label on the plane on screen) from
@@ -469,21 +298,21 @@ class TritonSamWidget(SettingsForm):
         labels = self._labels_to_propagate(objects) if objects is not None else []
         problem = self._propagation_problem(labels)
         if problem:
-            self.set_status(problem)
+            self.form.set_status(problem)
             return
         axis = stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim)
         self._propagation.start(
             self.image,
             objects,
-            self._index,
+            self.encoding.index,
             axis,
             labels,
-            self.chosen_direction(),
-            self.chosen_max_planes(),
-            (self.chosen_model(), self.chosen_repository()),
+            self.form.chosen_direction(),
+            self.form.chosen_max_planes(),
+            (self.form.chosen_model(), self.form.chosen_repository()),
             self.session.cache,  # the planes the panel encoded, on its engine (local or Triton)
         )
-        self.propagate.setText("Stop propagating")
+        self.form.propagate_button.setText("Stop propagating")
 
     def _propagation_problem(self, labels: list[int]) -> str | None:
         """Why Propagate cannot run now with `labels`, or None."""
@@ -491,18 +320,18 @@ class TritonSamWidget(SettingsForm):
             return "Press Start and wait for the plane to be encoded first."
         if stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim) is None:
             return "Propagate needs a stack of planes (a 3D or higher image layer)."
-        if not labels and self.propagates_all():
+        if not labels and self.form.propagates_all():
             return "Commit objects on this plane to propagate them."
         if not labels:
             return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
-        if self.chosen_model().family != "sam2":
+        if self.form.chosen_model().family != "sam2":
             return "Propagation through planes needs a SAM2.1 model."
         return None
 
     def _labels_to_propagate(self, objects) -> list[int]:
         """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
-        plane = np.asarray(objects.data[self._index])
-        if self.propagates_all():
+        plane = np.asarray(objects.data[self.encoding.index])
+        if self.form.propagates_all():
             return [int(label) for label in np.unique(plane) if label != 0]
         selected = int(objects.selected_label)
         return [selected] if selected != 0 and np.any(plane == selected) else []
@@ -514,40 +343,38 @@ class TritonSamWidget(SettingsForm):
             self._automatic.stop()
             return
         if not self.ready:
-            self.set_status("Press Start and wait for the plane to be encoded first.")
+            self.form.set_status("Press Start and wait for the plane to be encoded first.")
             return
-        where, tiles = self.chosen_region(), None
+        where, tiles = self.form.chosen_region(), None
         if self.tiled:  # the tiles in view, each at native resolution
             native = tile_grid(layers.plane_shape(self.image), self.session.spec.input_size)
             tiles, _ = view_order(native, Tile(*layers.visible_region(self.image)), around=0)
             if where != VIEW or len(tiles) > MAX_VIEW_TILES:
-                self.set_status(
+                self.form.set_status(
                     f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
                     f"show (now {len(tiles)}); each is segmented at native resolution."
                 )
                 return
         session = self.session
         self._automatic.start(
-            self.viewer, self.image, self._index, where, session.engine, session.cache, self.automatic_options(), tiles
+            self.viewer,
+            self.image,
+            self.encoding.index,
+            where,
+            session.engine,
+            session.cache,
+            self.form.automatic_options(),
+            tiles,
         )
         if self._automatic.running:
-            self.segment_all.setText("Stop segmenting")
+            self.form.segment_all_button.setText("Stop segmenting")
 
     @property
     def ready(self) -> bool:
         """A plane is encoded and it is the one on screen."""
-        return (
-            self.session is not None
-            and self._index is not None
-            and self.image in self.viewer.layers
-            and self.session.plane == layers.plane_key(self.image, self._index)
-        )
+        return self.encoding.ready
 
-    # --- keys ---------------------------------------------------------------------------------
-
-    def interactive(self) -> bool:
-        """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
-        return self.enabled.isChecked() and self.ready and self.viewer.dims.ndisplay == 2
+    # --- the view and the switch ---------------------------------------------------------------
 
     def _on_ndisplay(self, event=None) -> None:
         """3D view: say that SAM works on 2D planes (mouse and keys rest until 2D is back)."""
@@ -562,90 +389,17 @@ class TritonSamWidget(SettingsForm):
         in progress stays, and a plane shown later is not previewed where the cursor once was."""
         if self.viewer.mouse_over_canvas:
             return
-        self.cursor = None
-        if self.interactive():
+        self.interaction.cursor = None
+        if self.interaction.interactive():
             self.session.leave()
 
     def say_ready(self, text: str) -> None:
         """Show news of encoding, unless the view is 3D: then the 3D hint stays (work may finish after the switch)."""
-        self.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else text)
+        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else text)
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
             self.session.leave()
-
-    def commit(self) -> None:
-        """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
-        if not self.interactive():
-            return
-        index = self._index
-        worker = make_worker(self.session.commit)
-        worker.returned.connect(lambda committed: self._write(committed, index))
-        worker.errored.connect(self._failed)
-        worker.start()
-
-    def _write(self, committed, index) -> None:
-        if committed is None:
-            self.set_status("Nothing to commit: hover over an object or click on it first.")
-            return
-        self.draw_prompts()
-        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self._large else np.uint32)
-        written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
-        objects.selected_label = committed.object_id  # what Propagate tracks
-        self.set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
-
-    def discard(self) -> None:
-        if self.interactive():
-            self.session.discard()
-            self.draw_prompts()
-
-    def undo(self) -> None:
-        if self.interactive():
-            self.session.undo()
-            self.draw_prompts()
-
-    def cycle(self) -> None:
-        if self.interactive():
-            self.session.cycle_candidate()
-
-    # --- prompts and previews -------------------------------------------------------------------
-
-    def add_point(self, x: float, y: float, positive: bool) -> None:
-        self.session.add_point(x, y, positive=positive)
-        self.draw_prompts()
-
-    def set_box(self, x0: float, y0: float, x1: float, y1: float) -> None:
-        self.session.set_box(x0, y0, x1, y1)
-        self.draw_prompts()
-
-    def draw_prompts(self, clear: bool = False) -> None:
-        """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
-        if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
-            return
-        layers.show_prompts(self.prompts, self.box, ObjectPrompts() if clear else self.session.prompts)
-
-    @ensure_main_thread
-    def _preview_ready(self, preview: Preview | None) -> None:
-        """Show a preview if it is for the plane on screen and still the newest."""
-        if self.session is None or self.preview is None or self.preview.layer not in self.viewer.layers:
-            return
-        if preview is not None:
-            if not self.ready or preview.plane != self.session.plane:
-                return
-            if preview.point is not None and not self.session.is_current(preview):
-                return
-        if preview is None:
-            self.preview.show(None)
-        else:
-            self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset, preview.step)
-        if preview is not None:
-            self.preview_shown.emit(preview)
-        stats = self.session.stats
-        if preview is not None and stats.latencies_s:
-            self.set_status(
-                f"{self.session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
-                f"{stats.hovers_delivered} of {stats.events} mouse moves previewed"
-            )
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._detach()
@@ -664,10 +418,9 @@ class TritonSamWidget(SettingsForm):
 
     def close_session(self) -> None:
         """Stop decoding and let go of the engine; results still in flight are ignored, the preview is cleared."""
-        self._follow(None)
+        self.encoding.follow(None)
         self._let_go()
-        if self.preview is not None and self.preview.layer in self.viewer.layers:
-            self.preview.show(None)
+        self.interaction.clear_preview()
 
     def _let_go(self) -> None:
         """Stop all work and drop the engine, in Python only (also when the Qt side is already deleted)."""
@@ -677,14 +430,8 @@ class TritonSamWidget(SettingsForm):
             self._starting = None
         self._propagation.close()
         self._automatic.stop()
-        if self.session is not None:
-            self.session.close()
-            self.session = None
-
-
-def _layout(image: Image) -> tuple:
-    """What the panel's layers and planes depend on: the image's dimensions, shape and colour."""
-    return image.ndim, tuple(image.data.shape), image.rgb
+        if (session := self.encoding.end()) is not None:
+            session.close()
 
 
 def _let_go_of(widget: weakref.ref[TritonSamWidget]) -> None:

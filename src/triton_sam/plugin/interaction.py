@@ -1,0 +1,172 @@
+"""The object in progress on the plane on screen, as mouse and keys make it.
+
+`bindings` act on an `Interaction` alone, as napari's own bindings act on a layer: a move asks for
+a preview, a click adds a point, a drag sets a box, keys commit, discard, undo and cycle. It draws
+the prompts, shows the previews that are still for the plane on screen and the newest, and writes
+a committed object into the image's objects layer (undoable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import napari
+import numpy as np
+from superqt.utils import ensure_main_thread
+
+from ..session import ObjectPrompts, Preview
+from . import layers
+from .encoding import PlaneEncoding
+from .workers import make_worker
+
+
+class Interaction:
+    """Mouse and keys on the plane on screen, through the panel's session (`encoding.session`).
+
+    `preview` is the preview layer's writer, `prompts` and `box` the layers the prompts are drawn
+    in (set at Start); `cursor` the world position of the last mouse move over the canvas (None
+    once it left). It acts only while `interactive()`; `switched_on()` is the panel's switch.
+    """
+
+    def __init__(
+        self,
+        viewer: napari.Viewer,
+        encoding: PlaneEncoding,
+        *,
+        switched_on: Callable[[], bool],
+        set_status: Callable[[str], None],
+        failed: Callable[[Exception], None],
+        on_preview_shown: Callable[[Preview], None],
+    ) -> None:
+        self.viewer = viewer
+        self.encoding = encoding
+        self.preview: layers.LivePreview | layers.WindowPreview | None = None
+        self.prompts = self.box = None
+        self.cursor = None
+        self._switched_on, self._set_status, self._failed = switched_on, set_status, failed
+        self._on_preview_shown = on_preview_shown
+
+    @property
+    def session(self):
+        return self.encoding.session
+
+    @property
+    def image(self):
+        return self.encoding.image
+
+    def interactive(self) -> bool:
+        """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
+        return self._switched_on() and self.encoding.ready and self.viewer.dims.ndisplay == 2
+
+    def hover(self, x: float, y: float) -> None:
+        self.session.hover(x, y)
+
+    def add_point(self, x: float, y: float, positive: bool) -> None:
+        self.session.add_point(x, y, positive=positive)
+        self.draw_prompts()
+
+    def set_box(self, x0: float, y0: float, x1: float, y1: float) -> None:
+        self.session.set_box(x0, y0, x1, y1)
+        self.draw_prompts()
+
+    def show_box(self, box: tuple[float, float, float, float]) -> None:
+        """Draw a box being dragged (not yet a prompt)."""
+        layers.show_box(self.box, box)
+
+    def leave(self) -> None:
+        """No preview under the cursor (it left the canvas, the view went 3D, the switch went off);
+        the object in progress stays."""
+        if self.session is not None:
+            self.session.leave()
+
+    def leave_plane(self) -> None:
+        """The plane on screen changes: its preview and prompts go at once (never another plane's
+        mask, nor its object)."""
+        self.session.leave()
+        self.preview.show(None)
+        self.draw_prompts(clear=True)
+
+    def plane_shown(self) -> None:
+        """The plane asked for is encoded: its object in progress, if any, and the preview at the cursor."""
+        self.draw_prompts()
+        self.preview_at_cursor()
+
+    def preview_at_cursor(self) -> None:
+        """Preview where the cursor rests: a plane just shown (slider keys, the wheel, the image
+        changed) previews without a move, and no preview of the plane as it was stays. With the
+        cursor off the canvas, the plane's object in progress shows."""
+        if not self.interactive():
+            return
+        if self.cursor is None:
+            self.session.leave()
+        else:
+            self.session.hover(*layers.image_xy(self.image, self.cursor))
+
+    def commit(self) -> None:
+        """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
+        if not self.interactive():
+            return
+        index = self.encoding.index
+        worker = make_worker(self.session.commit)
+        worker.returned.connect(lambda committed: self._write(committed, index))
+        worker.errored.connect(self._failed)
+        worker.start()
+
+    def _write(self, committed, index) -> None:
+        if committed is None:
+            self._set_status("Nothing to commit: hover over an object or click on it first.")
+            return
+        self.draw_prompts()
+        objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self.encoding.large else np.uint32)
+        written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
+        objects.selected_label = committed.object_id  # what Propagate tracks
+        self._set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
+
+    def discard(self) -> None:
+        if self.interactive():
+            self.session.discard()
+            self.draw_prompts()
+
+    def undo(self) -> None:
+        if self.interactive():
+            self.session.undo()
+            self.draw_prompts()
+
+    def cycle(self) -> None:
+        if self.interactive():
+            self.session.cycle_candidate()
+
+    def draw_prompts(self, clear: bool = False) -> None:
+        """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
+        if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
+            return
+        layers.show_prompts(self.prompts, self.box, ObjectPrompts() if clear else self.session.prompts)
+
+    def clear_preview(self) -> None:
+        """Take the preview off the preview layer, if it is still there."""
+        if self.preview is not None and self.preview.layer in self.viewer.layers:
+            self.preview.show(None)
+
+    @ensure_main_thread
+    def preview_ready(self, preview: Preview | None) -> None:
+        """Show a preview if it is for the plane on screen and still the newest."""
+        session = self.session
+        if session is None or self.preview is None or self.preview.layer not in self.viewer.layers:
+            return
+        if preview is not None:
+            if not self.encoding.ready or preview.plane != session.plane:
+                return
+            if preview.point is not None and not session.is_current(preview):
+                return
+        if preview is None:
+            self.preview.show(None)
+        else:
+            self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset, preview.step)
+        if preview is not None:
+            self._on_preview_shown(preview)
+        stats = session.stats
+        if preview is not None and stats.latencies_s:
+            self._set_status(
+                f"{session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
+                f"{stats.hovers_delivered} of {stats.events} mouse moves previewed"
+            )
