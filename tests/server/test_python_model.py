@@ -357,13 +357,13 @@ def test_video_requests_compute_what_the_local_video_graphs_compute(python_model
     from triton_sam.features import FeatureCache
     from triton_sam.prompts import DecodeRequest
     from triton_sam.repository import locate
-    from triton_sam.video.graphs import LocalVideo
     from triton_sam.video.memory import MemoryInputs
 
     require_export_extra()
     repository = exported_repository(TINY.model_id)
     model = _session_model(python_model, repository, buffers)
-    local = LocalVideo(FeatureCache(LocalEngine(locate(TINY, repository), feature_device="cpu")))
+    engine = LocalEngine(locate(TINY, repository), feature_device="cpu")
+    local = engine.video(FeatureCache(engine))
     image = _images()[0]
     handle, plane = _encode(model, image), local.plane(image)
     logits = np.random.default_rng(0).standard_normal((1, 1, 256, 256)).astype(np.float32) * 4

@@ -7,13 +7,18 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..registry import ModelSpec
+
+if TYPE_CHECKING:
+    from ..features import FeatureCache
+    from ..video.backend import VideoBackend
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,12 @@ class Engine(ABC):
     def describe(self) -> str:
         """One line for status displays: where this engine runs."""
         return type(self).__name__
+
+    def video(self, cache: FeatureCache) -> VideoBackend:
+        """Where SAM2.1 volumes run beside this engine (`video.VolumePredictor`): planes encoded
+        through `cache` (this engine's), the video graphs run where the engine runs. Raises with
+        what to do where the engine cannot (no video graphs exported, a server without them)."""
+        raise InvalidInputError(f"{self.describe()} cannot track objects through volumes.")
 
     def close(self) -> None:  # noqa: B027 (a hook: engines that hold nothing need not close)
         """Release sessions and connections."""

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
@@ -39,6 +40,10 @@ from ..registry import MODELS, ModelSpec
 from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
 from .connection import ENV_API_KEY, TritonConnection, default_timeout_s, default_url
 from .infer_request import MODEL_INFER_METHOD, model_infer_request
+
+if TYPE_CHECKING:
+    from ..features import FeatureCache
+    from ..video.backend import VideoBackend
 
 REENCODE_ATTEMPTS = 3
 # Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
@@ -336,6 +341,12 @@ class TritonEngine(Engine):
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"
+
+    def video(self, cache: FeatureCache) -> VideoBackend:
+        """The session model's volume requests: planes and memories stay on the server."""
+        from .triton_video import TritonVideo
+
+        return TritonVideo(cache, self)
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         return ImageFeatures(handle=self._encode(image[None])[0], model_input=image)
