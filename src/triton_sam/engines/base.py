@@ -15,6 +15,7 @@ from ..errors import InvalidInputError
 from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..registry import ModelSpec
+from ..server.models.triton_sam_arrays import best_candidate
 
 if TYPE_CHECKING:
     from ..features import FeatureCache
@@ -62,9 +63,7 @@ class DecodeResult:
 def best_candidates(result: DecodeResult) -> DecodeResult:
     """Each prompt set's candidate with the highest predicted IoU (the first of equals, as
     `torch.argmax`), as a one-mask result (`DecodeRequest.best_of_multimask`)."""
-    rows, best = np.arange(len(result.scores)), np.argmax(result.scores, axis=1)
-    masks, scores = result.low_res_logits[rows, best][:, None], result.scores[rows, best][:, None]
-    return DecodeResult(masks, scores, result.object_score_logits)
+    return DecodeResult(*best_candidate(result.low_res_logits, result.scores), result.object_score_logits)
 
 
 # When a running decode is superseded: cancel it at once (stopping is free, e.g. ONNX Runtime's
