@@ -92,8 +92,8 @@ class TritonEngine(Engine):
         if version != str(contract.CONTRACT_VERSION):
             self.client.close()
             raise ServerModelError(
-                f"{spec.session_name} on {self.client.url} was exported for tensor contract version {version}; this "
-                f"triton-sam needs {contract.CONTRACT_VERSION}. Export it again into the server's model repository "
+                f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
+                f"needs {contract.CONTRACT_VERSION}. Export it again into the server's model repository "
                 f"(`triton-sam setup {spec.model_id}` or `triton-sam export {spec.model_id} --checkpoint PATH`) and "
                 "restart the server."
             )
