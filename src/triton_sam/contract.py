@@ -83,7 +83,7 @@ UNKNOWN_MASK_INPUT = "UNKNOWN_MASK_INPUT"
 # (`DecodeRequest.best_of_multimask`): SINGLE_MASK, SINGLE_SCORE and the crop are that candidate's.
 BEST_OF_MULTIMASK = "best_of_multimask"  # bool [B, 1]
 
-# Session model, SAM2.1 volumes (`video.TritonVideo`; memories stay on the server behind handles).
+# Session model, SAM2.1 volumes (`engines.triton_video.TritonVideo`; memories stay on the server behind handles).
 # track: HANDLE, MEMORY_HANDLES [B, T], MEMORY_TPOS int64 [B, T], OBJ_PTRS [B, P, C], OBJ_PTR_TPOS
 # [B, P] and the prompts -> the decoder's outputs and OBJ_PTR. remember: HANDLE, MASK_LOGITS
 # [B, 1, S, S], MASK_SCORE [B, 1], BINARIZE [B, 1] -> MEMORY_HANDLE. mask as output: HANDLE,
