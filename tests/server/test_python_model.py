@@ -320,7 +320,8 @@ def test_a_gpu_onnx_runtime_cannot_use_is_said_in_the_log_and_the_model_runs_on_
     if cuda_device_count():
         pytest.skip("a real GPU: ONNX Runtime may find its libraries")
     assert "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu, as installed on Linux
-    monkeypatch.setattr(python_model, "_has_cuda_device", lambda: True)
+    requests = sys.modules[python_model.ort_session.__module__]  # triton_sam_requests.py, next to model.py
+    monkeypatch.setattr(requests, "_has_cuda_device", lambda: True)
     _Logger.warnings.clear()
     model = _session_model(python_model, synthetic_repository, "off")
     assert model.decoder.get_providers() == ["CPUExecutionProvider"] and not model.batch_decodes
