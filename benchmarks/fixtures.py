@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from triton_sam.contract import CONTRACT_VERSION
 from triton_sam.errors import ModelFileError, ModelNotFoundError
 from triton_sam.registry import get_model
-from triton_sam.repository import ENCODER_FP16, ENCODER_FP32, EXPORT_REVISION, export_revision, locate, read_metadata
+from triton_sam.repository import ENCODER_FP16, ENCODER_FP32, locate, read_metadata
 
 BENCH_SHAPE = (977, 1531)  # (H, W) of the image every benchmark uses by default
 PAUSE_S = (0.2, 0.6)  # in mouse traces, the cursor rests this long between strokes
@@ -23,11 +24,11 @@ PAUSE_S = (0.2, 0.6)  # in mouse traces, the cursor rests this long between stro
 
 def _is_current_export(metadata: dict, seed: int, precision: str) -> bool:
     """Whether one exported model's metadata says: random weights of `seed`, this encoder precision,
-    written by this triton-sam's export code."""
+    written under this triton-sam's tensor contract."""
     return (
         metadata.get("seed") == seed
         and metadata.get("encoder_precision", ENCODER_FP32) == precision
-        and export_revision(metadata) == EXPORT_REVISION
+        and metadata.get("contract_version") == CONTRACT_VERSION
     )
 
 

@@ -23,7 +23,6 @@ from triton_sam import contract
 from triton_sam.export import write_session_model
 from triton_sam.export.triton_config import decoder_config, encoder_config
 from triton_sam.registry import ModelSpec
-from triton_sam.repository import EXPORT_REVISION
 
 THRESHOLDS = (0.3, 0.5, 0.7)
 SCORES = (0.5, 0.9, 0.7)
@@ -162,7 +161,6 @@ def write_repository(spec: ModelSpec, repository: Path) -> Path:
             "component": component,
             "contract_version": contract.CONTRACT_VERSION,
             "checkpoint": "synthetic-test-fixture",
-            "export_revision": EXPORT_REVISION,
         }
         (version_dir.parent / contract.METADATA_FILE).write_text(json.dumps(metadata))
     write_session_model(spec, repository)

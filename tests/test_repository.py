@@ -8,7 +8,7 @@ from synthetic import write_repository
 from triton_sam import contract
 from triton_sam.errors import ModelFileError, ModelNotFoundError
 from triton_sam.registry import get_model
-from triton_sam.repository import EXPORT_REVISION, exported_models, locate
+from triton_sam.repository import exported_models, locate
 
 TINY = get_model("sam2.1_hiera_tiny")
 
@@ -60,16 +60,12 @@ def test_random_weight_exports_are_marked_in_models_and_the_engine(tmp_path):
     assert "random weights: masks are noise" in LocalEngine(locate(TINY, tmp_path)).describe()
 
 
-def test_exports_by_older_export_code_still_load_and_models_says_to_export_again(tmp_path):
-    """Same contract, older graphs (before `export_revision`): they work; `models` names the gain of a new export."""
+def test_an_export_under_the_previous_contract_is_refused_with_how_to_export_again(tmp_path):
+    """One contract version: exports written before it (contract 2) are not sniffed for what they
+    can do, one message says to export them again."""
     write_repository(TINY, tmp_path)
-    for component in (TINY.encoder_name, TINY.decoder_name):
-        meta_path = tmp_path / component / contract.METADATA_FILE
-        meta = json.loads(meta_path.read_text())
-        del meta["export_revision"]
-        meta_path.write_text(json.dumps(meta))
-    assert locate(TINY, tmp_path).export_revision == 1 < EXPORT_REVISION
-    assert exported_models(tmp_path) == [TINY.model_id]
-    assert "by an older triton-sam: export it again for a faster decoder and smaller hover answers" in _models_listing(tmp_path)
-    _set_metadata(tmp_path, export_revision=EXPORT_REVISION)
-    assert f"{TINY.model_id:28s} exported\n" in _models_listing(tmp_path)
+    _set_metadata(tmp_path, contract_version=2)
+    with pytest.raises(ModelFileError, match=r"contract version 2; this triton-sam needs 3\. Export it again") as refused:
+        locate(TINY, tmp_path)
+    assert f"triton-sam export {TINY.model_id} --checkpoint PATH" in str(refused.value)
+    assert exported_models(tmp_path) == []

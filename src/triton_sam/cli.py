@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .errors import TritonSamError
 from .registry import MODELS, get_model
-from .repository import EXPORT_REVISION, default_model_repository, exported_models, locate
+from .repository import default_model_repository, exported_models, locate
 
 
 class _ProgressBar:
@@ -70,8 +70,6 @@ def _cmd_models(args) -> None:
         if model_id in exported:
             found = locate(spec, args.model_repository)
             state = "exported (random weights: the interface works, masks are noise)" if found.random_weights else "exported"
-            if found.export_revision < EXPORT_REVISION:
-                state += "; by an older triton-sam: export it again for a faster decoder and smaller hover answers"
         print(f"{model_id:28s} {state}")
 
 

@@ -1,7 +1,10 @@
 """The tensor contract shared by exported models, engines, Triton configs and clients.
 
 Bump `CONTRACT_VERSION` whenever a name, dtype or layout below changes: clients refuse models
-exported under another version instead of producing wrong masks.
+exported under another version instead of producing wrong masks, and say to export them again.
+
+The export writes this file next to the session model's `model.py` as `triton_sam_contract.py`
+(`server.models.write_python_model`), which imports it from there: keep it standard library only.
 
 Glossary (one name per concept throughout the code):
 - image / plane: a 2D picture as the user has it (a plane of a napari layer); encoder input: the
@@ -25,7 +28,9 @@ Glossary (one name per concept throughout the code):
 
 from __future__ import annotations
 
-CONTRACT_VERSION = 2  # 2: the encoder takes the plane as it is and resizes it itself (SAM2, SAM3)
+# 2: the encoder takes the plane as it is and resizes it itself (SAM2, SAM3). 3: the session model
+# always answers crops, keeps logits and chooses the best candidate (below), and imports this file.
+CONTRACT_VERSION = 3
 
 # Encoder: one image, uint8 [B, H, W, C], C = 1 (grayscale, repeated to RGB in the encoder) or 3.
 # SAM2/SAM3 take any H x W (`ModelSpec.sent_hw`) and resize it in float in the graph, as their
@@ -64,7 +69,7 @@ CROP_MARGIN = 2
 
 # Session model, refinement without sending the logits again: a decode with KEEP_LOGITS keeps the
 # mask logits it answers on the server, each under the signature of its bytes
-# (`engines.triton.logits_signature`) and answers those signatures as KEPT_KEYS when asked (a
+# (`triton_sam_arrays.logits_signature`) and answers those signatures as KEPT_KEYS when asked (a
 # client that received a crop cannot compute them); a later decode may send them as MASK_INPUT_KEY
 # instead of MASK_INPUT. A key the server does not keep (evicted) fails with a message starting
 # with UNKNOWN_MASK_INPUT; the client then sends the logits, or, where it only received a crop,
@@ -78,7 +83,7 @@ UNKNOWN_MASK_INPUT = "UNKNOWN_MASK_INPUT"
 # (`DecodeRequest.best_of_multimask`): SINGLE_MASK, SINGLE_SCORE and the crop are that candidate's.
 BEST_OF_MULTIMASK = "best_of_multimask"  # bool [B, 1]
 
-# Session model, SAM2.1 volumes (`video.TritonVideo`; memories stay on the server behind handles).
+# Session model, SAM2.1 volumes (`engines.triton_video.TritonVideo`; memories stay on the server behind handles).
 # track: HANDLE, MEMORY_HANDLES [B, T], MEMORY_TPOS int64 [B, T], OBJ_PTRS [B, P, C], OBJ_PTR_TPOS
 # [B, P] and the prompts -> the decoder's outputs and OBJ_PTR. remember: HANDLE, MASK_LOGITS
 # [B, 1, S, S], MASK_SCORE [B, 1], BINARIZE [B, 1] -> MEMORY_HANDLE. mask as output: HANDLE,
@@ -116,13 +121,22 @@ LABEL_BOX_BOTTOM_RIGHT = 3
 
 METADATA_FILE = "triton_sam.json"
 
-# Names the client and the server side (configs, the python model, `triton-sam serve`) share; the
-# python model keeps its own copies (it runs alone in Triton), checked against these in the tests.
+# Names the client and the server side (configs, the python model, `triton-sam serve`) share.
 MODEL_ID_PARAMETER = "triton_sam_model_id"  # config.pbtxt parameters
 COMPONENT_PARAMETER = "triton_sam_component"  # "encoder", "decoder" or "session"
 CONTRACT_VERSION_PARAMETER = "triton_sam_contract_version"
 VIDEO_SETTINGS_PARAMETER = "triton_sam_video_settings"  # the session model's SAM2.1 video settings (JSON), if it has video graphs
 ENCODE_BATCH_PARAMETER = "encode_batch"  # the session model's images to one encoder run (1 if absent)
+# The session model's other parameters (see `server/models/python_model.py`).
+ENCODER_MODEL_PARAMETER = "encoder_model"  # sibling models whose `1/model.onnx` it runs
+DECODER_MODEL_PARAMETER = "decoder_model"
+CACHE_SIZE_PARAMETER = "cache_size"  # images kept
+LOGITS_CACHE_SIZE_PARAMETER = "logits_cache_size"  # masks' logits kept for refinement
+MASK_INPUT_CLAMP_PARAMETER = "mask_input_clamp"  # kept logits clamped to +-this ("": not at all)
+FEATURE_BUFFERS_PARAMETER = "feature_buffers"  # "auto", "on" or "off"
+MEMORY_CACHE_SIZE_PARAMETER = "memory_cache_size"  # mask memories kept for volumes
+GATHER_FILE = "gather_features.onnx"  # next to the session model: gathers rows of its feature buffers
+VIDEO_DIR = "video"  # next to the session model: its SAM2.1 video graphs, if exported
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome} on Triton's metrics endpoint
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

@@ -10,7 +10,6 @@ the bound the files used least recently go, whichever model wrote them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from platformdirs import user_cache_dir
 
 from .engines import Engine, ImageFeatures
 from .errors import InvalidInputError
+from .server.models.triton_sam_arrays import content_signature  # the handle a server gives the same features
 
 DEFAULT_CACHE_MB = 1024
 ENV_DISK_GB = "TRITON_SAM_DISK_CACHE_GB"
@@ -69,13 +69,6 @@ def prune_disk(disk_dir: str | Path, max_bytes: int) -> int:
         path.unlink(missing_ok=True)
         total, removed = total - size, removed + 1
     return removed
-
-
-def content_signature(model_input: np.ndarray, model_id: str) -> str:
-    """Hash of one encoder input for one model (hex)."""
-    digest = hashlib.blake2b(np.ascontiguousarray(model_input).tobytes(), digest_size=16)
-    digest.update(f"{model_input.shape}{model_id}".encode())  # SAM1 inputs vary in shape
-    return digest.hexdigest()
 
 
 class FeatureCache:

@@ -16,11 +16,7 @@ from .errors import ModelFileError, ModelNotFoundError
 from .registry import MODELS, ModelSpec
 
 ENV_MODEL_REPOSITORY = "TRITON_SAM_MODEL_REPOSITORY"
-ENCODER_FP32, ENCODER_FP16 = "fp32", "fp16"  # metadata `encoder_precision` (exports before it: fp32)
-# Metadata `export_revision`: which export code wrote the graphs (same contract, faster or better
-# graphs: older exports keep working). 2: the mask decoder's faster exact forms, and a session model
-# that answers a hover's decode with the logits around the object only (exports before it: 1).
-EXPORT_REVISION = 2
+ENCODER_FP32, ENCODER_FP16 = "fp32", "fp16"  # metadata `encoder_precision`
 
 
 def default_model_repository() -> Path:
@@ -33,12 +29,7 @@ def onnx_path(repository: Path, triton_name: str) -> Path:
 
 
 def video_path(repository: Path, spec: ModelSpec) -> Path:
-    return Path(repository) / spec.session_name / "1" / "video"
-
-
-def export_revision(metadata: dict) -> int:
-    """Which export code wrote a model: `EXPORT_REVISION` for this triton-sam's, 1 for exports before the key."""
-    return metadata.get("export_revision", 1)
+    return Path(repository) / spec.session_name / "1" / contract.VIDEO_DIR
 
 
 def write_metadata(model_dir: Path, metadata: dict) -> None:
@@ -73,10 +64,6 @@ class ExportedModel:
         return self.metadata.get("checkpoint") == "random-init"
 
     @property
-    def export_revision(self) -> int:
-        return export_revision(self.metadata)
-
-    @property
     def weights_id(self) -> str | None:
         """Names the weights (and encoder precision) behind these files' features; None if unknown."""
         weights = self.metadata.get("checkpoint_sha256") or (f"seed-{self.metadata['seed']}" if "seed" in self.metadata else None)
@@ -109,8 +96,8 @@ def locate(spec: ModelSpec, repository: Path | None = None) -> ExportedModel:
             raise ModelFileError(f"{path.parent.parent} has no valid triton-sam metadata. " + _setup_hint(spec, repository))
         if meta.get("contract_version") != contract.CONTRACT_VERSION:
             raise ModelFileError(
-                f"{path.parent.parent} was exported for contract version {meta.get('contract_version')}, "
-                f"this triton-sam needs {contract.CONTRACT_VERSION}. Export it again. " + _setup_hint(spec, repository)
+                f"{path.parent.parent} was exported for tensor contract version {meta.get('contract_version')}; "
+                f"this triton-sam needs {contract.CONTRACT_VERSION}. Export it again: " + _setup_hint(spec, repository)
             )
         paths[component] = path
         metadata[component] = meta

@@ -13,11 +13,10 @@ import pytest
 
 from synthetic import disk_image
 from triton_sam import contract
-from triton_sam.engines.triton import logits_signature
-from triton_sam.export import GATHER_FILE
 from triton_sam.features import content_signature
 from triton_sam.image import encoder_input
 from triton_sam.registry import get_model
+from triton_sam.server.models.triton_sam_arrays import logits_signature
 
 TINY = get_model("sam2.1_hiera_tiny")
 
@@ -69,11 +68,12 @@ def _stub_backend_utils() -> types.ModuleType:
     return stub
 
 
-def _load_python_model() -> types.ModuleType:
-    """python_model.py loaded as Triton loads it (with the stand-in for its utilities in place)."""
-    from triton_sam.server import models
+def _load_python_model(directory) -> types.ModuleType:
+    """model.py written into `directory` as the export writes it, loaded as Triton loads it (with
+    the stand-in for its utilities in place)."""
+    from triton_sam.server.models import write_python_model
 
-    path = models.__path__[0] + "/python_model.py"
+    path = write_python_model(directory)
     loader = importlib.util.spec_from_file_location("triton_sam_python_model_under_test", path)
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
@@ -93,14 +93,14 @@ def backend_utils():
 
 
 @pytest.fixture(scope="module")
-def python_model(backend_utils):
-    return _load_python_model()
+def python_model(backend_utils, tmp_path_factory):
+    return _load_python_model(tmp_path_factory.mktemp("model_py"))
 
 
-def test_a_server_environment_without_onnx_runtime_says_where_the_backend_looked(backend_utils, monkeypatch):
+def test_a_server_environment_without_onnx_runtime_says_where_the_backend_looked(backend_utils, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # not importable
     with pytest.raises(ImportError, match="install numpy<2 and onnxruntime-gpu where it looks") as raised:
-        _load_python_model()
+        _load_python_model(tmp_path)
     assert str(sys.path) in str(raised.value) and "onnxruntime" in str(raised.value)
 
 
@@ -125,21 +125,18 @@ def _session_model(
     return python_model.SessionModel(repository, params, _NoCounts(), repository / TINY.session_name / "1")
 
 
-def test_the_python_model_shares_the_clients_constants_and_content_hash(python_model):
-    assert python_model.UNKNOWN_HANDLE == contract.UNKNOWN_HANDLE
+def test_the_python_model_imports_the_contract_and_the_array_helpers_written_next_to_it(python_model):
+    """One contract: the session model reads triton-sam's own `contract.py`, written next to it,
+    and computes signatures with the client's own functions (no copies kept equal by a test)."""
+    from pathlib import Path
+
+    from triton_sam.server.models import ARRAYS_FILE, CONTRACT_FILE, triton_sam_arrays
+
+    directory = Path(python_model.__file__).parent
+    assert (directory / CONTRACT_FILE).read_text() == Path(contract.__file__).read_text()
+    assert (directory / ARRAYS_FILE).read_text() == Path(triton_sam_arrays.__file__).read_text()
+    assert python_model.contract.CONTRACT_VERSION == contract.CONTRACT_VERSION
     assert (python_model.IMAGE, python_model.HANDLE) == (contract.ENCODER_INPUT, contract.HANDLE)
-    assert python_model.MODEL_ID_PARAMETER == contract.MODEL_ID_PARAMETER
-    assert python_model.COMPONENT_PARAMETER == contract.COMPONENT_PARAMETER
-    assert python_model.ENCODE_BATCH_PARAMETER == contract.ENCODE_BATCH_PARAMETER
-    assert python_model.SESSION_REQUESTS_METRIC == contract.SESSION_REQUESTS_METRIC
-    assert python_model.DECODE_OUTPUTS == contract.DECODER_OUTPUTS
-    assert python_model.GATHER_FILE == GATHER_FILE
-    assert (python_model.KEEP_LOGITS, python_model.MASK_INPUT_KEY) == (contract.KEEP_LOGITS, contract.MASK_INPUT_KEY)
-    assert python_model.KEPT_KEYS == contract.KEPT_KEYS
-    assert (python_model.MASK_INPUT, python_model.UNKNOWN_MASK_INPUT) == (contract.MASK_INPUT, contract.UNKNOWN_MASK_INPUT)
-    assert python_model.BEST_OF_MULTIMASK == contract.BEST_OF_MULTIMASK
-    assert (python_model.MULTI_MASKS, python_model.MULTI_SCORES) == (contract.MULTI_MASKS, contract.MULTI_SCORES)
-    assert (python_model.SINGLE_MASK, python_model.SINGLE_SCORE) == (contract.SINGLE_MASK, contract.SINGLE_SCORE)
     image = encoder_input(disk_image(30, 40, [(10, 10, 5)]), TINY)
     assert python_model.content_signature(image, TINY.model_id) == content_signature(image, TINY.model_id)
     logits = np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)
@@ -323,7 +320,8 @@ def test_a_gpu_onnx_runtime_cannot_use_is_said_in_the_log_and_the_model_runs_on_
     if cuda_device_count():
         pytest.skip("a real GPU: ONNX Runtime may find its libraries")
     assert "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu, as installed on Linux
-    monkeypatch.setattr(python_model, "_has_cuda_device", lambda: True)
+    requests = sys.modules[python_model.ort_session.__module__]  # triton_sam_requests.py, next to model.py
+    monkeypatch.setattr(requests, "_has_cuda_device", lambda: True)
     _Logger.warnings.clear()
     model = _session_model(python_model, synthetic_repository, "off")
     assert model.decoder.get_providers() == ["CPUExecutionProvider"] and not model.batch_decodes
@@ -338,13 +336,9 @@ def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthe
     assert len(model.cache.free) == model.cache.capacity
 
 
-def test_the_video_requests_share_the_clients_names(python_model):
+def test_the_video_graphs_track_with_the_clients_names():
     from triton_sam.server.models import triton_sam_video
 
-    names = ("MASK", "MASK_LOGITS", "MEMORY_TPOS", "MEMORY_HANDLES", "OBJ_PTRS", "OBJ_PTR_TPOS", "MASK_SCORE", "BINARIZE")
-    names += ("MEMORY_HANDLE", "LOW_RES_LOGITS", "MASK_OBJ_PTR", "UNKNOWN_MEMORY")
-    assert {n: getattr(python_model, n) for n in names} == {n: getattr(contract, n) for n in names}
-    assert python_model.OBJECT_SCORE == contract.OBJECT_SCORE
     assert triton_sam_video.TRACK_OUTPUTS == (*contract.DECODER_OUTPUTS, contract.OBJ_PTR)
 
 
@@ -357,13 +351,13 @@ def test_video_requests_compute_what_the_local_video_graphs_compute(python_model
     from triton_sam.features import FeatureCache
     from triton_sam.prompts import DecodeRequest
     from triton_sam.repository import locate
-    from triton_sam.video.graphs import LocalVideo
     from triton_sam.video.memory import MemoryInputs
 
     require_export_extra()
     repository = exported_repository(TINY.model_id)
     model = _session_model(python_model, repository, buffers)
-    local = LocalVideo(FeatureCache(LocalEngine(locate(TINY, repository), feature_device="cpu")))
+    engine = LocalEngine(locate(TINY, repository), feature_device="cpu")
+    local = engine.video(FeatureCache(engine))
     image = _images()[0]
     handle, plane = _encode(model, image), local.plane(image)
     logits = np.random.default_rng(0).standard_normal((1, 1, 256, 256)).astype(np.float32) * 4
@@ -445,12 +439,9 @@ def _blobs(rng: np.random.Generator, size: int) -> np.ndarray:
 def test_masks_from_the_crop_of_a_masks_only_decode_are_the_whole_logits_masks(python_model, model_id):
     """Cropped to the samples above the threshold and `CROP_MARGIN` more (SAM1's two bilinear
     resizes read three samples a side), then put back below it: the same masks at any image size."""
-    from triton_sam.engines.triton import uncropped
     from triton_sam.masks import MaskResizer
+    from triton_sam.server.models.triton_sam_arrays import uncropped
 
-    assert (python_model.CROP_THRESHOLD, python_model.CROP_MARGIN) == (contract.CROP_THRESHOLD, contract.CROP_MARGIN)
-    assert (python_model.SINGLE_MASK_CROP, python_model.CROP_BOX) == (contract.SINGLE_MASK_CROP, contract.CROP_BOX)
-    assert python_model.MULTI_MASK_CROP == contract.MULTI_MASK_CROP
     spec = get_model(model_id)
     resizer, size = MaskResizer(spec), spec.low_res_size
     rng = np.random.default_rng(1)

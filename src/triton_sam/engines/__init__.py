@@ -63,7 +63,7 @@ def offered_models(backend: str, repository: Path, connection: TritonConnection 
     """(where, model ids) `backend` can serve: the Triton server's ("triton", or "auto" while it
     answers), else the local repository's."""
     if backend != "local":
-        from .triton import TritonClient, served_models
+        from .triton_client import TritonClient, served_models
 
         client = TritonClient(connection)
         try:

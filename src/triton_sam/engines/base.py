@@ -7,13 +7,19 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..errors import InvalidInputError
 from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..registry import ModelSpec
+from ..server.models.triton_sam_arrays import best_candidate
+
+if TYPE_CHECKING:
+    from ..features import FeatureCache
+    from ..video.backend import VideoBackend
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,7 @@ class DecodeResult:
 def best_candidates(result: DecodeResult) -> DecodeResult:
     """Each prompt set's candidate with the highest predicted IoU (the first of equals, as
     `torch.argmax`), as a one-mask result (`DecodeRequest.best_of_multimask`)."""
-    rows, best = np.arange(len(result.scores)), np.argmax(result.scores, axis=1)
-    masks, scores = result.low_res_logits[rows, best][:, None], result.scores[rows, best][:, None]
-    return DecodeResult(masks, scores, result.object_score_logits)
+    return DecodeResult(*best_candidate(result.low_res_logits, result.scores), result.object_score_logits)
 
 
 # When a running decode is superseded: cancel it at once (stopping is free, e.g. ONNX Runtime's
@@ -142,6 +146,12 @@ class Engine(ABC):
     def describe(self) -> str:
         """One line for status displays: where this engine runs."""
         return type(self).__name__
+
+    def video(self, cache: FeatureCache) -> VideoBackend:
+        """Where SAM2.1 volumes run beside this engine (`video.VolumePredictor`): planes encoded
+        through `cache` (this engine's), the video graphs run where the engine runs. Raises with
+        what to do where the engine cannot (no video graphs exported, a server without them)."""
+        raise InvalidInputError(f"{self.describe()} cannot track objects through volumes.")
 
     def close(self) -> None:  # noqa: B027 (a hook: engines that hold nothing need not close)
         """Release sessions and connections."""

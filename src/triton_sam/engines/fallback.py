@@ -5,12 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures
+
+if TYPE_CHECKING:
+    from ..features import FeatureCache
+    from ..video.backend import VideoBackend
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +105,11 @@ class FallbackEngine(Engine):
         if reason is None:
             return self.active.describe()
         return f"{self.active.describe()} (Triton not used: {reason.splitlines()[0].split('. ')[0]})"
+
+    def video(self, cache: FeatureCache) -> VideoBackend:
+        """The video backend of the engine in use: volumes are tracked on the server while it
+        answers, else locally. A switch during a run stops it with a message to propagate again."""
+        return self.active.video(cache)
 
     @property
     def encode_batch(self) -> int:

@@ -8,6 +8,7 @@ prompts in and the low-res masks out. On the CPU the features are plain numpy ar
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -19,6 +20,10 @@ from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
 from .providers import TENSORRT, device_of, provider_options, usable_providers
+
+if TYPE_CHECKING:
+    from ..features import FeatureCache
+    from ..video.backend import VideoBackend
 
 
 class LocalEngine(Engine):
@@ -65,6 +70,12 @@ class LocalEngine(Engine):
         device = self.providers[0].removesuffix("ExecutionProvider")
         random = ", random weights: masks are noise" if self.exported.random_weights else ""
         return f"local ONNX Runtime ({device}{random})"
+
+    def video(self, cache: FeatureCache) -> VideoBackend:
+        """The video graphs exported with this model, run in this process on the sessions' providers."""
+        from .local_video import LocalVideo
+
+        return LocalVideo(cache, self.exported, self.providers)
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         names = list(self.spec.feature_shapes)

@@ -17,39 +17,30 @@ or, where only their crop came here, the decode that made them runs again: refin
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
-from tritonclient.grpc import raise_error_grpc, service_pb2
-from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+from tritonclient.utils import InferenceServerException
 
 from .. import contract
 from ..errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
-from ..registry import MODELS, ModelSpec
-from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
-from .connection import ENV_API_KEY, TritonConnection, default_timeout_s, default_url
-from .infer_request import MODEL_INFER_METHOD, model_infer_request
+from ..registry import ModelSpec
+from ..server.models.triton_sam_arrays import uncropped
+from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
+from .connection import TritonConnection
+from .kept_logits import KeptLogits
+from .triton_client import TritonClient, config_parameter, error_message, infer_inputs
+
+if TYPE_CHECKING:
+    from ..features import FeatureCache
+    from ..video.backend import VideoBackend
 
 REENCODE_ATTEMPTS = 3
-# Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
-# reconnect backoff short so a restarted server is found again within a second or two.
-CHANNEL_ARGS = [
-    ("grpc.max_send_message_length", -1),
-    ("grpc.max_receive_message_length", -1),
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
 # Before this version Triton's gRPC frontend can crash (SIGSEGV) when a call is cancelled just as its
@@ -69,213 +60,6 @@ class _HandleLost(Exception):
 
 class _MaskInputLost(Exception):
     """The server no longer keeps the mask logits a decode named by key."""
-
-
-def logits_signature(logits: np.ndarray) -> str:
-    """Signature of one mask's low-res logits ([S, S] float32): its key as a later mask input
-    (the session model computes the same for the logits it keeps)."""
-    return hashlib.blake2b(np.ascontiguousarray(logits, np.float32).tobytes(), digest_size=16).hexdigest()
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """The decode that made kept logits this client received only as a crop, and which of its
-    masks they are: run again, it makes the server keep them again. Where it refined such logits,
-    `parent` holds their signature and recipe (a chain of clicks outlives the client's bound)."""
-
-    request: DecodeRequest
-    multimask_output: bool
-    candidate: int
-    parent: tuple[str, Recipe] | None = None
-
-
-@dataclass(frozen=True)
-class _Kept:
-    key: str  # the server's signature of the logits
-    recipe: Recipe | None  # None: the client holds the logits themselves
-
-
-class KeptLogits:
-    """The mask logits the server keeps for this client as mask inputs, as far as it knows: the
-    newest `capacity` (the server's own bound; other clients may make it evict sooner), each
-    under the signature of the mask input this client would send for them (clamped as
-    `spec.as_mask_input` does): the server's key and, for those received only as a crop, their
-    `Recipe`. Older mask inputs are sent as they are."""
-
-    def __init__(self, spec: ModelSpec, capacity: int) -> None:
-        self.spec = spec
-        self.capacity = max(1, capacity)
-        self._kept: OrderedDict[str, _Kept] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _signatures(self, masks: np.ndarray) -> list[str]:
-        """Signatures of the mask inputs the logits of `masks` ([..., S, S], as decoded) would make."""
-        return [logits_signature(logits) for logits in self.spec.as_mask_input(masks).reshape(-1, *masks.shape[-2:])]
-
-    def add(self, masks: np.ndarray, keys: np.ndarray | None = None, made_by: tuple[DecodeRequest, bool] | None = None) -> None:
-        """Note the logits of one decode's `masks` ([1, C, S, S], as received) as kept: under the
-        server's `keys` ([1, C] bytes) and the decode that `made_by` them (request, multimask)
-        where `masks` are rebuilt from a crop, else under their own signatures."""
-        signatures = self._signatures(masks)
-        server_keys = signatures if keys is None else [key.decode() for key in keys.reshape(-1)]
-        with self._lock:
-            recipes = [None if made_by is None else Recipe(*made_by, c, self._parent(made_by[0])) for c in range(len(signatures))]
-            for signature, key, recipe in zip(signatures, server_keys, recipes, strict=True):
-                self._kept[signature] = _Kept(key, recipe)
-                self._kept.move_to_end(signature)
-            while len(self._kept) > self.capacity:
-                self._kept.popitem(last=False)
-
-    def _parent(self, request: DecodeRequest) -> tuple[str, Recipe] | None:
-        """The signature and recipe of `request`'s mask input, if it is kept logits received as a crop (lock held)."""
-        if request.mask_input is None:
-            return None
-        signature = logits_signature(request.mask_input[0, 0])
-        kept = self._kept.get(signature)
-        return None if kept is None or kept.recipe is None else (signature, kept.recipe)
-
-    def keys(self, mask_input: np.ndarray) -> np.ndarray | None:
-        """The server's keys for a request's `mask_input` [B, 1, S, S] as its bytes tensor [B, 1]; None unless all are kept."""
-        signatures = [logits_signature(logits) for logits in mask_input[:, 0]]
-        with self._lock:
-            if not all(signature in self._kept for signature in signatures):
-                return None
-            for signature in signatures:
-                self._kept.move_to_end(signature)
-            return np.array([[self._kept[signature].key.encode()] for signature in signatures], dtype=np.object_)
-
-    def recall(self, signature: str, recipe: Recipe) -> None:
-        """Note logits the client bound dropped as kept again, under no key the server knows:
-        naming them fails, and `recipe` runs again (a chain of refinements being restored)."""
-        with self._lock:
-            self._kept.setdefault(signature, _Kept(signature, recipe))
-
-    def lost(self, mask_input: np.ndarray) -> list[tuple[str, Recipe]]:
-        """The server forgot some of `mask_input`'s logits: forget those this client holds itself
-        (it sends them now), and return the signatures and recipes of the others."""
-        recipes = []
-        with self._lock:
-            for signature in {logits_signature(logits) for logits in mask_input[:, 0]}:
-                kept = self._kept.get(signature)
-                if kept is not None and kept.recipe is not None:
-                    recipes.append((signature, kept.recipe))
-                else:
-                    self._kept.pop(signature, None)
-        return recipes
-
-    def rebind(self, signature: str, recipe: Recipe, masks: np.ndarray) -> None:
-        """`recipe` ran again and made `masks` ([S, S]), kept: the mask input of `signature` names
-        them now (the same logits, unless the server's decoder is not deterministic)."""
-        (again,) = self._signatures(masks)
-        with self._lock:
-            if again in self._kept:
-                self._kept[signature] = _Kept(self._kept[again].key, recipe)
-                self._kept.move_to_end(signature)
-
-
-class TritonClient:
-    """A gRPC connection to one Triton server, with the options every call needs."""
-
-    def __init__(self, connection: TritonConnection | None = None) -> None:
-        connection = connection or TritonConnection()
-        self.url = connection.url or default_url()
-        self.headers = dict(connection.headers)
-        api_key = connection.api_key or os.environ.get(ENV_API_KEY)
-        if api_key:
-            self.headers[contract.API_KEY_GRPC_HEADER] = api_key
-        self.timeout_s = connection.timeout_s or default_timeout_s()
-        self.grpc = grpcclient.InferenceServerClient(
-            self.url, ssl=connection.ssl, root_certificates=connection.root_certificates, channel_args=CHANNEL_ARGS
-        )
-        self._channel = _channel(self.url, connection)
-        self._model_infer = self._channel.unary_unary(
-            MODEL_INFER_METHOD, request_serializer=None, response_deserializer=service_pb2.ModelInferResponse.FromString
-        )
-
-    def unreachable(self, error: Exception) -> ServerUnavailableError:
-        return ServerUnavailableError(
-            f"Triton server at {self.url} is not answering. Check that it runs (`triton-sam serve`, or the "
-            f"Docker deployment) and that the URL and port are right. ({_message(error)})"
-        )
-
-    def session_config(self, spec: ModelSpec) -> dict:
-        """The session model's config; raises if the server is down or does not serve `spec`."""
-        try:
-            ready = self.grpc.is_model_ready(spec.session_name, headers=self.headers, client_timeout=self.timeout_s)
-            if not ready:
-                offered = ", ".join(served_models(self)) or "none"
-                raise ServerModelError(
-                    f"Triton at {self.url} does not serve {spec.model_id} (triton-sam models ready there: {offered}). "
-                    f"Export it into the server's model repository: `triton-sam setup {spec.model_id}`."
-                )
-            response = self.grpc.get_model_config(
-                spec.session_name, headers=self.headers, as_json=True, client_timeout=self.timeout_s
-            )
-        except InferenceServerException as error:
-            raise self.unreachable(error) from error
-        return response["config"]
-
-    def server_version(self) -> tuple[int, ...]:
-        """Triton's version, as numbers (empty if the server does not say)."""
-        try:
-            metadata = self.grpc.get_server_metadata(headers=self.headers, as_json=True, client_timeout=self.timeout_s)
-        except InferenceServerException as error:
-            raise self.unreachable(error) from error
-        return _version_numbers(metadata.get("version", ""))
-
-    def infer_large(
-        self, model_name: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout_s: float | None
-    ) -> grpcclient.InferResult:
-        """`grpc.infer` for inputs of megabytes (an image), copied once on the way while Python's
-        lock is held, not three times (`infer_request`); raises InferenceServerException as it does."""
-        request = model_infer_request(model_name, inputs, outputs)
-        try:
-            response = self._model_infer(request, metadata=tuple(self.headers.items()), timeout=timeout_s)
-        except grpc.RpcError as error:
-            raise_error_grpc(error)
-        return grpcclient.InferResult(response)
-
-    def close(self) -> None:
-        self.grpc.close()
-        self._channel.close()
-
-
-def _channel(url: str, connection: TritonConnection) -> grpc.Channel:
-    """A gRPC channel to `url` as tritonclient opens one for `connection` (TLS with its certificate authority)."""
-    if not connection.ssl:
-        return grpc.insecure_channel(url, options=CHANNEL_ARGS)
-    roots = Path(connection.root_certificates).read_bytes() if connection.root_certificates else None
-    return grpc.secure_channel(url, grpc.ssl_channel_credentials(root_certificates=roots), options=CHANNEL_ARGS)
-
-
-def _version_numbers(version: str) -> tuple[int, ...]:
-    """(2, 51, 0) for "2.51.0"; the leading numeric parts only."""
-    numbers = []
-    for part in version.split("."):
-        if not part.isdigit():
-            break
-        numbers.append(int(part))
-    return tuple(numbers)
-
-
-def _message(error: Exception) -> str:
-    if isinstance(error, InferenceServerException):
-        return f"{error.status()}: {error.message()}"
-    return str(error)
-
-
-def _parameter(config: dict, key: str) -> str | None:
-    return config.get("parameters", {}).get(key, {}).get("string_value")
-
-
-def served_models(client: TritonClient) -> list[str]:
-    """Ids of the triton-sam models whose session model is ready on the server."""
-    try:
-        index = client.grpc.get_model_repository_index(headers=client.headers, as_json=True, client_timeout=client.timeout_s)
-    except InferenceServerException as error:
-        raise client.unreachable(error) from error
-    ready = {m["name"] for m in index.get("models", []) if m.get("state") == "READY"}
-    return [model_id for model_id, spec in MODELS.items() if spec.session_name in ready]
 
 
 class TritonEngine(Engine):
@@ -304,12 +88,14 @@ class TritonEngine(Engine):
         except Exception:
             self.client.close()
             raise
-        version = _parameter(config, contract.CONTRACT_VERSION_PARAMETER)
+        version = config_parameter(config, contract.CONTRACT_VERSION_PARAMETER)
         if version != str(contract.CONTRACT_VERSION):
             self.client.close()
             raise ServerModelError(
                 f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
-                f"needs {contract.CONTRACT_VERSION}. Export the model again with this version and restart the server."
+                f"needs {contract.CONTRACT_VERSION}. Export it again into the server's model repository "
+                f"(`triton-sam setup {spec.model_id}` or `triton-sam export {spec.model_id} --checkpoint PATH`) and "
+                "restart the server."
             )
         if cancel_on_server is None:
             cancel_on_server = server_version >= SAFE_CANCEL_VERSION
@@ -321,21 +107,17 @@ class TritonEngine(Engine):
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
         self.max_batch = int(config.get("max_batch_size", 0)) or None  # prompt sets a request may hold
         # Images the server encodes in one run (a GPU server's); at most what a request may hold.
-        self.encode_batch = max(1, min(int(_parameter(config, contract.ENCODE_BATCH_PARAMETER) or 1), self.max_batch or 1))
-        # Session models exported before crops answer masks-only decodes with the whole logits
-        # (before crops of candidates, those of multimask ones), those before kept logits take no
-        # mask input by key, and those before best-of-multimask decodes send all three
-        # candidates to choose from.
-        inputs = {tensor.get("name") for tensor in config.get("input", [])}
-        outputs = {tensor.get("name") for tensor in config.get("output", [])}
-        self.crops = contract.CROP_THRESHOLD in inputs
-        self.crops_candidates = contract.MULTI_MASK_CROP in outputs
-        self.chooses_best = contract.BEST_OF_MULTIMASK in inputs
-        kept = contract.MASK_INPUT_KEY in inputs
-        self.kept_logits = KeptLogits(spec, int(_parameter(config, "logits_cache_size") or 1)) if kept else None
+        self.encode_batch = max(1, min(int(config_parameter(config, contract.ENCODE_BATCH_PARAMETER) or 1), self.max_batch or 1))
+        self.kept_logits = KeptLogits(spec, int(config_parameter(config, contract.LOGITS_CACHE_SIZE_PARAMETER) or 1))
 
     def describe(self) -> str:
         return f"Triton at {self.client.url}"
+
+    def video(self, cache: FeatureCache) -> VideoBackend:
+        """The session model's volume requests: planes and memories stay on the server."""
+        from .triton_video import TritonVideo
+
+        return TritonVideo(cache, self)
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         return ImageFeatures(handle=self._encode(image[None])[0], model_input=image)
@@ -417,11 +199,9 @@ class TritonEngine(Engine):
         dynamic batcher sees them together), and join the answers."""
         if cancel is not None and cancel.cancelled:
             raise DecodeCancelled("decode cancelled before it was sent")
-        if request.best_of_multimask and not multimask_output and not self.chooses_best:
-            return best_candidates(self._decode(handle, request, True, cancel))
-        cropped = self.crops and request.logits_above is not None and (self.crops_candidates or not multimask_output)
+        cropped = request.logits_above is not None
         # The logits of a single decode may come back as the next one's mask input (a hover's never do).
-        keep = self.kept_logits is not None and request.batch_size == 1 and (multimask_output or not cropped)
+        keep = request.batch_size == 1 and (multimask_output or not cropped)
         names = CROPPED_OUTPUTS[multimask_output] if cropped else contract.decoder_output_names(multimask_output)
         names = names + [contract.KEPT_KEYS] if keep and cropped else names
         for _ in range(REENCODE_ATTEMPTS):
@@ -469,7 +249,7 @@ class TritonEngine(Engine):
         """Handle and prompt tensors of a decode request: the mask input by key where the server keeps
         it, the crop threshold where it asks for a crop, and whether the server should keep its logits."""
         arrays = {contract.HANDLE: np.array([[handle.encode()]] * request.batch_size, dtype=np.object_), **prompt_arrays(request)}
-        keys = None if request.mask_input is None or self.kept_logits is None else self.kept_logits.keys(request.mask_input)
+        keys = None if request.mask_input is None else self.kept_logits.keys(request.mask_input)
         if keys is not None:
             del arrays[contract.MASK_INPUT]
             arrays[contract.MASK_INPUT_KEY] = keys
@@ -542,12 +322,12 @@ class TritonEngine(Engine):
     def _error(self, error: InferenceServerException) -> Exception:
         if any(sign in (error.message() or "") for sign in _OVERLOADED):
             return ServerBusyError(
-                f"Triton at {self.client.url} is overloaded ({_message(error)}): too many requests are waiting. "
+                f"Triton at {self.client.url} is overloaded ({error_message(error)}): too many requests are waiting. "
                 "It answers again when the load drops; more server capacity (GPU, instances) helps for good."
             )
         if error.status() in _UNREACHABLE or error.status() is None:
             return self.client.unreachable(error)
-        return ServerModelError(f"Triton at {self.client.url} refused the request: {_message(error)}")
+        return ServerModelError(f"Triton at {self.client.url} refused the request: {error_message(error)}")
 
     def close(self) -> None:
         self.client.close()
@@ -562,15 +342,6 @@ def prompt_arrays(request: DecodeRequest) -> dict[str, np.ndarray]:
     if request.mask_input is not None:
         arrays[contract.MASK_INPUT] = np.ascontiguousarray(request.mask_input, np.float32)
     return arrays
-
-
-def uncropped(crop: np.ndarray, box: np.ndarray, threshold: float, size: int) -> np.ndarray:
-    """Low-res logits [B, C, size, size] from the session model's crop [B, C, h, w]
-    (`contract.CROP_BOX`): the crop in its box, below `threshold` elsewhere."""
-    logits = np.full((*crop.shape[:2], size, size), np.float32(threshold) - 1, np.float32)
-    y0, x0, y1, x1 = (int(v) for v in box[0])
-    logits[:, :, y0:y1, x0:x1] = crop
-    return logits
 
 
 def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
@@ -590,12 +361,4 @@ def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
     ]
 
 
-def infer_inputs(arrays: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:
-    """gRPC input tensors of named arrays (object arrays of bytes go as BYTES)."""
-    inputs = []
-    for name, array in arrays.items():
-        datatype = "BYTES" if array.dtype == np.object_ else np_to_triton_dtype(array.dtype)
-        tensor = grpcclient.InferInput(name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
-    return inputs
+__all__ = ["TritonClient", "TritonConnection", "TritonEngine", "prompt_arrays"]

@@ -19,8 +19,8 @@ from .. import __version__, contract
 from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
-from ..repository import ENCODER_FP16, ENCODER_FP32, EXPORT_REVISION, onnx_path, video_path, write_metadata
-from ..server.models import helper_sources, python_model_source
+from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, video_path, write_metadata
+from ..server.models import write_python_model
 from ..server.models.triton_sam_video import SETTINGS_FILE, has_video_graphs
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
 
@@ -31,7 +31,6 @@ def _metadata(spec: ModelSpec, component: str, **extra) -> dict:
         "component": component,
         "contract_version": contract.CONTRACT_VERSION,
         "triton_sam_version": __version__,
-        "export_revision": EXPORT_REVISION,
         **extra,
     }
 
@@ -53,8 +52,7 @@ def _family_module(spec: ModelSpec) -> ModuleType:
     raise InvalidInputError(f"Export of {spec.family} models is not supported.")
 
 
-# The session model's graph that gathers rows of its feature buffers (`python_model.GATHER_FILE`).
-GATHER_FILE = "gather_features.onnx"
+GATHER_FILE = contract.GATHER_FILE  # the session model's graph that gathers rows of its feature buffers
 
 
 def gather_graph(spec: ModelSpec) -> onnx.ModelProto:
@@ -73,9 +71,7 @@ def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION
     """Write the python-backend session model of `spec` (it runs the encoder and decoder files)."""
     model_dir = Path(output) / spec.session_name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    (model_dir / "1" / "model.py").write_text(python_model_source())
-    for name, source in helper_sources().items():
-        (model_dir / "1" / name).write_text(source)
+    write_python_model(model_dir / "1")
     onnx.save(gather_graph(spec), model_dir / "1" / GATHER_FILE)
     video = video_path(output, spec)
     video_settings = json.loads((video / SETTINGS_FILE).read_text()) if has_video_graphs(video) else None

@@ -212,19 +212,17 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
         inputs, outputs = inputs + video_inputs, outputs + video_outputs
         video = {
             contract.VIDEO_SETTINGS_PARAMETER: json.dumps(video_settings, separators=(",", ":")).replace('"', '\\"'),
-            "memory_cache_size": str(SESSION_MEMORY_CACHE_SIZE),
+            contract.MEMORY_CACHE_SIZE_PARAMETER: str(SESSION_MEMORY_CACHE_SIZE),
         }
-    parameters = _parameters(
-        spec,
-        "session",
-        encoder_model=spec.encoder_name,
-        decoder_model=spec.decoder_name,
-        cache_size=str(cache_size),
-        logits_cache_size=str(SESSION_LOGITS_CACHE_SIZE),
-        mask_input_clamp="" if spec.low_res_clamp is None else str(spec.low_res_clamp),
-        **{contract.ENCODE_BATCH_PARAMETER: str(ENCODER_MAX_BATCH)},
-        **video,
-    )
+    session = {
+        contract.ENCODER_MODEL_PARAMETER: spec.encoder_name,
+        contract.DECODER_MODEL_PARAMETER: spec.decoder_name,
+        contract.CACHE_SIZE_PARAMETER: str(cache_size),
+        contract.LOGITS_CACHE_SIZE_PARAMETER: str(SESSION_LOGITS_CACHE_SIZE),
+        contract.MASK_INPUT_CLAMP_PARAMETER: "" if spec.low_res_clamp is None else str(spec.low_res_clamp),
+        contract.ENCODE_BATCH_PARAMETER: str(ENCODER_MAX_BATCH),
+    }
+    parameters = _parameters(spec, "session", **session, **video)
     return (
         f'name: "{spec.session_name}"\nbackend: "python"\nmax_batch_size: {SESSION_MAX_BATCH}\n'
         + f"input {_tensors(inputs)}\n"

@@ -32,7 +32,7 @@ from ..contract import API_KEY_GRPC_HEADER, API_KEY_NAME, ENCODE_BATCH_PARAMETER
 from ..errors import ServerUnavailableError, TritonSamError
 from ..gpu import cuda_device_count
 from ..repository import read_metadata
-from .models import python_model_source
+from .models import write_python_model
 
 ENV_SERVER_PYTHON = "TRITON_SAM_SERVER_PYTHON"
 CONFIG_FILE = "config.pbtxt"
@@ -108,7 +108,6 @@ def serving_repository(
     Files are linked, configs rewritten. Without `session_batching` the session models lose their
     dynamic batcher and encode one image at a time (see `LocalTritonServer`).
     """
-    runner = python_model_source()
     view.mkdir(parents=True, exist_ok=True)
     for model_dir in sorted(Path(model_repository).resolve().iterdir()):
         config_file = model_dir / CONFIG_FILE
@@ -125,7 +124,7 @@ def serving_repository(
                 (target / item.name).mkdir()
                 for file in item.iterdir():
                     (target / item.name / file.name).symlink_to(file)
-                (target / item.name / "model.py").write_text(runner)
+                write_python_model(target / item.name)
             else:
                 (target / item.name).symlink_to(item, target_is_directory=item.is_dir())
         if runs_onnx:

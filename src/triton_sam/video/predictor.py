@@ -9,9 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engines import create_engine
-from ..engines.local import LocalEngine
-from ..engines.triton import TritonEngine
+from ..engines import BACKENDS, create_engine
 from ..errors import InvalidInputError
 from ..features import FeatureCache
 from ..image import ContrastLimits, ReadAhead, encoder_input
@@ -20,7 +18,6 @@ from ..predictor import EngineOwner
 from ..prompts import DecodeRequest, model_request
 from ..registry import DEFAULT_MODEL, get_model
 from ..server.models.triton_sam_video import PADDING
-from .graphs import LocalVideo, TritonVideo
 from .memory import FrameOutput, ObjectTrack, memory_inputs
 
 NO_OBJ_SCORE = -1024.0  # the logits of a plane where the object is absent (`sam2_base.NO_OBJ_SCORE`)
@@ -59,12 +56,14 @@ class VolumePredictor(EngineOwner):
     SAM2.1's memory, as `sam2.sam2_video_predictor.SAM2VideoPredictor` does.
 
     Planes are encoded by the engine of `backend` (features cached by content); the memory
-    attention, memory encoder and tracking decoder are the model's exported video graphs, run in
-    this process ("local") or by the Triton server's session model ("triton", memories kept there). Coordinates
+    attention, memory encoder and tracking decoder are the model's exported video graphs, run
+    where the engine says (`Engine.video`): in this process ("local"), by the Triton server's
+    session model ("triton", memories kept there), or on the server while it answers ("auto";
+    a run the fallback interrupts stops with a message to propagate again). Coordinates
     are (x, y) in plane pixels; masks come back as logits [objects, 1, H, W] (inside: above 0).
     The keyword options are the official predictor's (defaults: its settings at export); `cache`
-    lends an engine's `FeatureCache` (an interactive session's), which then stays open when this
-    predictor closes; other keywords go to `create_engine` (e.g. `connection` for Triton).
+    lends an engine's `FeatureCache` (an interactive session's, of any backend), which then stays
+    open when this predictor closes; other keywords go to `create_engine` (e.g. `connection` for Triton).
     """
 
     def __init__(
@@ -84,19 +83,19 @@ class VolumePredictor(EngineOwner):
         self.spec = get_model(model)
         if self.spec.family != "sam2":
             raise InvalidInputError(f"Propagation through planes needs a SAM2.1 model, not {model}.")
-        if backend not in ("local", "triton"):
-            raise InvalidInputError(f"Volumes run on the 'local' or 'triton' backend, not {backend!r}.")
-        shared = cache is not None and isinstance(cache.engine, LocalEngine | TritonEngine) and cache.engine.spec == self.spec
+        if backend not in BACKENDS:
+            raise InvalidInputError(f"Volumes run on one of the backends {', '.join(BACKENDS)}, not {backend!r}.")
+        shared = cache is not None and cache.engine.spec == self.spec
         self._owns_engine = not shared
         if shared:  # an interactive session's: planes it encoded are not encoded again
             self.engine, self.cache = cache.engine, cache
         else:
-            if backend == "local":
+            if backend != "triton":
                 engine_options.setdefault("feature_device", "cpu")
             self.engine = create_engine(self.spec, backend, model_repository, **engine_options)
             self.cache = FeatureCache(self.engine, max_mb=cache_mb)
         try:
-            self.video = TritonVideo(self.cache) if isinstance(self.engine, TritonEngine) else LocalVideo(self.cache)
+            self.video = self.engine.video(self.cache)
         except Exception:
             self.close()
             raise

@@ -1,8 +1,17 @@
-"""Files Triton loads as python-backend models (`model.py`); they do not import triton-sam."""
+"""Files Triton loads as python-backend models (`model.py`); they do not import triton-sam, only
+the modules written next to them (`write_python_model`)."""
 
+from __future__ import annotations
+
+import functools
 from importlib import resources
+from pathlib import Path
 
-FEATURE_STORES_FILE = "triton_sam_features.py"  # the session model imports these from next to itself
+CONTRACT_FILE = "triton_sam_contract.py"  # triton_sam/contract.py, as the python models import it
+ARRAYS_FILE = "triton_sam_arrays.py"  # signatures, crops and the best candidate, as the client computes them
+FEATURE_STORES_FILE = "triton_sam_features.py"
+REQUESTS_FILE = "triton_sam_requests.py"  # inputs, responses, errors and sessions every python model here uses
+VOLUMES_FILE = "triton_sam_volumes.py"  # the session model's volume requests
 VIDEO_GRAPHS_FILE = "triton_sam_video.py"
 
 
@@ -11,6 +20,18 @@ def python_model_source() -> str:
     return resources.files(__name__).joinpath("python_model.py").read_text()
 
 
+@functools.cache
 def helper_sources() -> dict[str, str]:
-    """File name -> text of the modules the session model imports, written next to its `model.py`."""
-    return {name: resources.files(__name__).joinpath(name).read_text() for name in (FEATURE_STORES_FILE, VIDEO_GRAPHS_FILE)}
+    """File name -> text of the modules `model.py` imports, written next to it."""
+    sources = {CONTRACT_FILE: resources.files("triton_sam").joinpath("contract.py").read_text()}
+    for name in (ARRAYS_FILE, FEATURE_STORES_FILE, REQUESTS_FILE, VOLUMES_FILE, VIDEO_GRAPHS_FILE):
+        sources[name] = resources.files(__name__).joinpath(name).read_text()
+    return sources
+
+
+def write_python_model(directory: Path) -> Path:
+    """Write `model.py` and the modules it imports into `directory` (a model's version folder)."""
+    directory = Path(directory)
+    for name, source in {"model.py": python_model_source(), **helper_sources()}.items():
+        (directory / name).write_text(source)
+    return directory / "model.py"

@@ -31,16 +31,16 @@ ONNX model (`encoder` / `decoder`): runs the `model.onnx` next to it. The Triton
 nvidia-pytriton has only the python backend, so `triton-sam serve` uses this in place of the
 onnxruntime backend: same names, tensors and batching as on the NGC image.
 
-Self-contained on purpose (numpy, onnxruntime and Triton's `triton_python_backend_utils` only):
-the same file runs in the NGC tritonserver image and in the server of `triton-sam serve`. The
-session model's feature stores are in `triton_sam_features.py`, written next to it.
+Imports numpy, onnxruntime and Triton's `triton_python_backend_utils` only, and the modules
+written next to it (`server.models.write_python_model`), never triton-sam: the same files run in
+the NGC tritonserver image and in the server of `triton-sam serve`. Next to it: the tensor
+contract (`triton_sam_contract.py`, triton-sam's `contract.py`), the array computations the
+client does alike (`triton_sam_arrays.py`), the feature stores (`triton_sam_features.py`) and the
+video graphs (`triton_sam_video.py`).
 """
 
-import ctypes
-import hashlib
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,7 +48,7 @@ import triton_python_backend_utils as pb_utils
 
 try:
     import numpy as np
-    import onnxruntime as ort
+    import onnxruntime  # noqa: F401 (said here, before the modules next to this file need it)
 except ImportError as error:  # said in Triton's log when the model fails to load
     raise ImportError(
         f"{error}. Triton's python backend runs {sys.executable or 'its stub'} (prefix {sys.prefix}), which looks "
@@ -56,91 +56,29 @@ except ImportError as error:  # said in Triton's log when the model fails to loa
         "makes such an environment; `triton-sam serve --server-python` names one)."
     ) from error
 
-# Copies of names in triton_sam.contract (this file runs alone in Triton; a test compares them).
-UNKNOWN_HANDLE = "UNKNOWN_HANDLE"
-IMAGE = "image"
-HANDLE = "handle"
-MODEL_ID_PARAMETER = "triton_sam_model_id"
-COMPONENT_PARAMETER = "triton_sam_component"
-ENCODE_BATCH_PARAMETER = "encode_batch"
-SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"
-GATHER_FILE = "gather_features.onnx"
-DECODE_OUTPUTS = ("masks", "iou_predictions", "single_mask", "single_iou", "object_score_logits")
-SINGLE_MASK, MULTI_MASKS, MASK_INPUT = "single_mask", "masks", "mask_input"
-KEEP_LOGITS, MASK_INPUT_KEY, UNKNOWN_MASK_INPUT = "keep_logits", "mask_input_key", "UNKNOWN_MASK_INPUT"
-KEPT_KEYS = "kept_keys"
-MULTI_SCORES, SINGLE_SCORE, BEST_OF_MULTIMASK = "iou_predictions", "single_iou", "best_of_multimask"
-CROP_THRESHOLD, SINGLE_MASK_CROP, CROP_BOX, CROP_MARGIN = "crop_threshold", "single_mask_crop", "crop_box", 2
-MULTI_MASK_CROP = "masks_crop"
-CROPS = {SINGLE_MASK: SINGLE_MASK_CROP, MULTI_MASKS: MULTI_MASK_CROP}  # decoder output -> its crop
-UNKNOWN_MEMORY = "UNKNOWN_MEMORY"
-VIDEO_DIR = "video"
-# Volumes (SAM2.1): the inputs that tell a request's kind, and the other tensors.
-MASK, MASK_LOGITS, MEMORY_TPOS = "mask", "mask_logits", "memory_tpos"
-MEMORY_HANDLES, OBJ_PTRS, OBJ_PTR_TPOS = "memory_handles", "obj_ptrs", "obj_ptr_tpos"
-MASK_SCORE, BINARIZE, MEMORY_HANDLE = "mask_score", "binarize", "memory_handle"
-LOW_RES_LOGITS, MASK_OBJ_PTR, OBJECT_SCORE = "low_res_logits", "mask_obj_ptr", "object_score_logits"
+sys.path.insert(0, str(Path(__file__).parent))  # the modules written next to this file
+import triton_sam_contract as contract  # noqa: E402 (triton_sam/contract.py)
+from triton_sam_arrays import best_candidate, content_signature, crop_box, logits_signature  # noqa: E402
+from triton_sam_features import BufferFeatureStore, FeatureStore, LruStore  # noqa: E402
+from triton_sam_requests import (  # noqa: E402
+    Cancelled,
+    UnknownHandle,
+    UnknownMaskInput,
+    UnknownMemory,
+    cancelled,
+    failure,
+    flag,
+    ort_session,
+    requested_outputs,
+    required,
+    response,
+    run_cancellable,
+    text,
+)
+from triton_sam_volumes import video_requests  # noqa: E402
 
-
-CANCEL_POLL_S = 0.003
-
-
-class Cancelled(Exception):
-    """Every request of a run was cancelled by its client while it ran; the run was stopped."""
-
-
-class UnknownHandle(KeyError):
-    """The handle was never encoded here or has been evicted."""
-
-
-class UnknownMemory(KeyError):
-    """A mask memory handle was never made here or has been evicted."""
-
-
-class UnknownMaskInput(KeyError):
-    """A mask input key names logits never kept here or evicted."""
-
-
-def _has_cuda_device() -> bool:
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        count = ctypes.c_int(0)
-        return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
-    except OSError:
-        return False
-
-
-def _ort_session(path: Path) -> "ort.InferenceSession":
-    """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs
-    errors). ONNX Runtime falls back to the CPU when it cannot load its CUDA libraries (CUDA and
-    cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log."""
-    providers = ["CPUExecutionProvider"]
-    if "CUDAExecutionProvider" in ort.get_available_providers() and _has_cuda_device():
-        if hasattr(ort, "preload_dlls"):
-            ort.preload_dlls()  # from pip's nvidia-* packages, where installed
-        providers.insert(0, "CUDAExecutionProvider")
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=providers)
-    if providers[0] not in session.get_providers():
-        pb_utils.Logger.log_warn(
-            f"{path}: this machine has a GPU, but ONNX Runtime {ort.__version__} could not load its CUDA "
-            "libraries (the CUDA and cuDNN versions it was built for): running on the CPU"
-        )
-    return session
-
-
-def content_signature(image: np.ndarray, model_id: str) -> str:
-    """Content signature of one preprocessed image: equal images share one cache entry."""
-    digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16)
-    digest.update(str(image.shape).encode())  # SAM1 inputs vary in shape
-    digest.update(model_id.encode())
-    return digest.hexdigest()
-
-
-def logits_signature(logits: np.ndarray) -> str:
-    """Signature of one mask's low-res logits ([S, S] float32): its key as a later mask input."""
-    return hashlib.blake2b(np.ascontiguousarray(logits, np.float32).tobytes(), digest_size=16).hexdigest()
+IMAGE, HANDLE = contract.ENCODER_INPUT, contract.HANDLE
+CROPS = {contract.SINGLE_MASK: contract.SINGLE_MASK_CROP, contract.MULTI_MASKS: contract.MULTI_MASK_CROP}  # output -> its crop
 
 
 class RequestCounts:
@@ -149,7 +87,7 @@ class RequestCounts:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.family = pb_utils.MetricFamily(
-            name=SESSION_REQUESTS_METRIC,
+            name=contract.SESSION_REQUESTS_METRIC,
             description="Session model requests by outcome (encoded, decoded, cancelled_queued, cancelled_running, failed)",
             kind=pb_utils.MetricFamily.COUNTER,
         )
@@ -169,7 +107,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         model_dir = Path(args["model_repository"])
-        if params.get(COMPONENT_PARAMETER) == "session":
+        if params.get(contract.COMPONENT_PARAMETER) == "session":
             version_dir = model_dir / args["model_version"]
             self.model = SessionModel(model_dir.parent, params, RequestCounts(config["name"]), version_dir)
         else:
@@ -179,7 +117,7 @@ class TritonPythonModel:
         live = [r for r in requests if not r.is_cancelled()]  # cancelled while waiting: skip the work
         self.model.counts.add("cancelled_queued", len(requests) - len(live))
         done = dict(zip(map(id, live), self.model.run(live)))
-        return [done[id(r)] if id(r) in done else _cancelled() for r in requests]
+        return [done[id(r)] if id(r) in done else cancelled() for r in requests]
 
 
 class _NoCounts:
@@ -189,42 +127,13 @@ class _NoCounts:
         pass
 
 
-def _cancelled() -> "pb_utils.InferenceResponse":
-    return _error("request cancelled before it ran", pb_utils.TritonError.CANCELLED)
-
-
-def _failure(error: Exception) -> "pb_utils.InferenceResponse":
-    """The error response for a request that could not be served."""
-    if isinstance(error, Cancelled):
-        return _error("request cancelled while it ran", pb_utils.TritonError.CANCELLED)
-    if isinstance(error, UnknownHandle):
-        message = f"{UNKNOWN_HANDLE}: no embedding for handle {error.args[0]} (evicted or never encoded)"
-        return _error(message, pb_utils.TritonError.NOT_FOUND)
-    if isinstance(error, UnknownMemory):
-        message = f"{UNKNOWN_MEMORY}: no mask memory {error.args[0]} (evicted or never made)"
-        return _error(message, pb_utils.TritonError.NOT_FOUND)
-    if isinstance(error, UnknownMaskInput):
-        message = f"{UNKNOWN_MASK_INPUT}: no kept mask logits {error.args[0]} (evicted or never kept)"
-        return _error(message, pb_utils.TritonError.NOT_FOUND)
-    return _error(f"invalid request: {error}", pb_utils.TritonError.INVALID_ARG)
-
-
-def _response(names: list, arrays: list) -> "pb_utils.InferenceResponse":
-    return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, a) for n, a in zip(names, arrays)])
-
-
-def _wanted(request, available) -> list:
-    """The outputs the client asked for (all of them if it did not say)."""
-    return [n for n in request.requested_output_names() if n in available] or list(available)
-
-
 class OnnxModel:
     """Runs one ONNX file on each request, returning the outputs the client asked for."""
 
     counts = _NoCounts()
 
     def __init__(self, path: Path, config: dict) -> None:
-        self.ort_session = _ort_session(path)
+        self.ort_session = ort_session(path)
         self.inputs = [i.name for i in self.ort_session.get_inputs()]
         self.outputs = [o["name"] for o in config["output"]]
 
@@ -232,12 +141,12 @@ class OnnxModel:
         responses = []
         for request in requests:
             try:
-                feeds = {name: _required(request, name) for name in self.inputs}
+                feeds = {name: required(request, name) for name in self.inputs}
             except ValueError as error:
-                responses.append(_failure(error))
+                responses.append(failure(error))
                 continue
-            wanted = _wanted(request, self.outputs)
-            responses.append(_response(wanted, self.ort_session.run(wanted, feeds)))
+            wanted = requested_outputs(request, self.outputs)
+            responses.append(response(wanted, self.ort_session.run(wanted, feeds)))
         return responses
 
 
@@ -263,19 +172,21 @@ class SessionModel:
 
     def __init__(self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path) -> None:
         self.counts = counts
-        self.model_id = params[MODEL_ID_PARAMETER]
-        self.encoder = _ort_session(repository / params["encoder_model"] / "1" / "model.onnx")
-        self.decoder = _ort_session(repository / params["decoder_model"] / "1" / "model.onnx")
-        low_res = {i.name: i.shape for i in self.decoder.get_inputs()}["mask_input"][-1]
+        self.model_id = params[contract.MODEL_ID_PARAMETER]
+        self.encoder = ort_session(repository / params[contract.ENCODER_MODEL_PARAMETER] / "1" / "model.onnx")
+        self.decoder = ort_session(repository / params[contract.DECODER_MODEL_PARAMETER] / "1" / "model.onnx")
+        low_res = {i.name: i.shape for i in self.decoder.get_inputs()}[contract.MASK_INPUT][-1]
         self.low_res = low_res if isinstance(low_res, int) else 256
         on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
         self.batch_decodes = on_gpu
         self.cache = _feature_store(self.encoder, self.decoder, params, on_gpu, model_dir)
         # Images to one encoder run: what the config says, at most what the cache holds.
-        self.encode_batch = min(max(1, int(params.get(ENCODE_BATCH_PARAMETER) or 1)), self.cache.capacity)
-        self.kept_logits = _lru_store(int(params.get("logits_cache_size", "256")))
-        self.mask_input_clamp = float(params["mask_input_clamp"]) if params.get("mask_input_clamp") else None
-        self.video = _video_requests(model_dir, params)
+        self.encode_batch = min(max(1, int(params.get(contract.ENCODE_BATCH_PARAMETER) or 1)), self.cache.capacity)
+        self.kept_logits = LruStore(int(params.get(contract.LOGITS_CACHE_SIZE_PARAMETER, "256")))
+        self.mask_input_clamp = (
+            float(params[contract.MASK_INPUT_CLAMP_PARAMETER]) if params.get(contract.MASK_INPUT_CLAMP_PARAMETER) else None
+        )
+        self.video = video_requests(model_dir, params)
 
     def run(self, requests) -> list:
         encodes = [r for r in requests if pb_utils.get_input_tensor_by_name(r, IMAGE) is not None]
@@ -292,18 +203,18 @@ class SessionModel:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:
                 self.counts.add("failed")
-                responses[id(request)] = _failure(error)
+                responses[id(request)] = failure(error)
         groups: dict = {}  # (points, outputs) -> [_Decode]
         for request in decodes:
             try:
                 rows, prompts = self._decode_inputs(request)
                 crop = _crop_threshold(request, len(rows))
-                keep, best = _flag(request, KEEP_LOGITS), _flag(request, BEST_OF_MULTIMASK)
+                keep, best = flag(request, contract.KEEP_LOGITS), flag(request, contract.BEST_OF_MULTIMASK)
             except (UnknownHandle, ValueError, KeyError) as error:
                 self.counts.add("failed")
-                responses[id(request)] = _failure(error)
+                responses[id(request)] = failure(error)
                 continue
-            key = (prompts["point_coords"].shape[1], tuple(_decoder_outputs(request, crop is not None, best)))
+            key = (prompts[contract.POINT_COORDS].shape[1], tuple(_decoder_outputs(request, crop is not None, best)))
             if not self.batch_decodes:
                 key += (id(request),)
             groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop, keep, best))
@@ -321,7 +232,7 @@ class SessionModel:
                 images = _images(request)
             except ValueError as error:
                 self.counts.add("failed")
-                responses[id(request)] = _failure(error)
+                responses[id(request)] = failure(error)
                 continue
             handles[id(request)] = [content_signature(image, self.model_id) for image in images]
             new.update((h, image) for h, image in zip(handles[id(request)], images) if h not in self.cache)
@@ -336,7 +247,7 @@ class SessionModel:
                 start += len(batch)
         for request_id, answer in handles.items():
             self.counts.add("encoded")
-            responses[request_id] = _response([HANDLE], [np.array([[h.encode()] for h in answer], dtype=np.object_)])
+            responses[request_id] = response([HANDLE], [np.array([[h.encode()] for h in answer], dtype=np.object_)])
         return responses
 
     def _encode_together(self, handles: list, images: list) -> None:
@@ -355,7 +266,7 @@ class SessionModel:
 
     def _host_features(self, request) -> dict:
         """The features of the request's one handle as numpy arrays."""
-        handle = _text(_required(request, HANDLE).reshape(-1)[0])
+        handle = text(required(request, HANDLE).reshape(-1)[0])
         try:
             return self.cache.host(self.cache.get(handle))
         except KeyError:
@@ -363,34 +274,34 @@ class SessionModel:
 
     def _decode_inputs(self, request) -> tuple:
         """One request's rows (cached features, one per prompt set) and prompt tensors."""
-        handles = _required(request, HANDLE).reshape(-1)
-        coords = _required(request, "point_coords").astype(np.float32)
-        labels = _required(request, "point_labels").astype(np.int32)
+        handles = required(request, HANDLE).reshape(-1)
+        coords = required(request, contract.POINT_COORDS).astype(np.float32)
+        labels = required(request, contract.POINT_LABELS).astype(np.int32)
         batch = len(handles)
         if coords.shape[0] != batch or labels.shape[:2] != coords.shape[:2]:
             raise ValueError(f"handle {handles.shape}, point_coords {coords.shape}, point_labels {labels.shape} disagree")
         try:
-            rows = [self.cache.get(_text(h)) for h in handles]
+            rows = [self.cache.get(text(h)) for h in handles]
         except KeyError as error:
             raise UnknownHandle(error.args[0]) from None
         mask = self._mask_input(request, batch)
         prompts = {
-            "point_coords": coords,
-            "point_labels": labels,
-            "mask_input": mask if mask is not None else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
-            "has_mask_input": np.full((batch, 1), float(mask is not None), np.float32),
+            contract.POINT_COORDS: coords,
+            contract.POINT_LABELS: labels,
+            contract.MASK_INPUT: mask if mask is not None else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
+            contract.HAS_MASK_INPUT: np.full((batch, 1), float(mask is not None), np.float32),
         }
         return rows, prompts
 
     def _mask_input(self, request, batch: int):
         """The request's mask input [B, 1, S, S]: sent, or kept here under the keys sent; None if neither."""
-        mask = pb_utils.get_input_tensor_by_name(request, MASK_INPUT)
-        keys = pb_utils.get_input_tensor_by_name(request, MASK_INPUT_KEY)
+        mask = pb_utils.get_input_tensor_by_name(request, contract.MASK_INPUT)
+        keys = pb_utils.get_input_tensor_by_name(request, contract.MASK_INPUT_KEY)
         if keys is None:
             return None if mask is None else mask.as_numpy()
-        keys = [_text(k) for k in keys.as_numpy().reshape(-1)]
+        keys = [text(k) for k in keys.as_numpy().reshape(-1)]
         if mask is not None or len(keys) != batch:
-            raise ValueError(f"send '{MASK_INPUT}' or '{MASK_INPUT_KEY}' (one per prompt set), not both")
+            raise ValueError(f"send '{contract.MASK_INPUT}' or '{contract.MASK_INPUT_KEY}' (one per prompt set), not both")
         try:
             return np.stack([self.kept_logits.get(key) for key in keys])[:, None]
         except KeyError as error:
@@ -412,121 +323,44 @@ class SessionModel:
         rows = [row for member in members for row in member.rows]
         prompts = {name: _joined([member.prompts[name] for member in members]) for name in members[0].prompts}
         try:
-            outputs = _run_cancellable(
+            outputs = run_cancellable(
                 lambda options: self.cache.run_decoder(self.decoder, wanted, rows, prompts, options),
                 [member.request for member in members],
             )
         except Cancelled as error:
             self.counts.add("cancelled_running", len(members))
-            return {id(member.request): _failure(error) for member in members}
+            return {id(member.request): failure(error) for member in members}
         self.counts.add("decoded", len(members))
         responses, start = {}, 0
         for member in members:
             arrays = {name: o[start : start + len(member.rows)] for name, o in zip(wanted, outputs)}
             if member.best:
-                arrays.update(_best_candidates(arrays[MULTI_MASKS], arrays[MULTI_SCORES]))
+                best = best_candidate(arrays[contract.MULTI_MASKS], arrays[contract.MULTI_SCORES])
+                arrays.update(zip((contract.SINGLE_MASK, contract.SINGLE_SCORE), best))
             answered = _answered_masks(member.request)
             if member.keep and answered in arrays:
-                arrays[KEPT_KEYS] = self._keep(arrays[answered])
+                arrays[contract.KEPT_KEYS] = self._keep(arrays[answered])
             if member.crop is not None:
                 arrays.update(_cropped_above(arrays, member.crop, member.request.requested_output_names()))
-            names = _wanted(member.request, arrays)
-            responses[id(member.request)] = _response(names, [arrays[name] for name in names])
+            names = requested_outputs(member.request, arrays)
+            responses[id(member.request)] = response(names, [arrays[name] for name in names])
             start += len(member.rows)
         return responses
 
 
 def _feature_store(encoder, decoder, params: dict, on_gpu: bool, model_dir: Path):
     """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
-    sys.path.insert(0, str(Path(__file__).parent))  # the stores live next to this file
-    from triton_sam_features import BufferFeatureStore, FeatureStore
-
-    capacity = int(params.get("cache_size", "16"))
+    capacity = int(params.get(contract.CACHE_SIZE_PARAMETER, "16"))
     names = [output.name for output in encoder.get_outputs()]
-    buffers = params.get("feature_buffers", "auto")
+    buffers = params.get(contract.FEATURE_BUFFERS_PARAMETER, "auto")
     if buffers == "off" or (buffers == "auto" and not on_gpu):
         return FeatureStore(capacity, names)
     device = "cuda" if on_gpu else "cpu"
-    gather = _ort_session(model_dir / GATHER_FILE)
+    gather = ort_session(model_dir / contract.GATHER_FILE)
     # The decoder's inputs say the feature shapes (the encoder's outputs may be symbolic: any image size).
     decoder_shapes = {i.name: i.shape[1:] for i in decoder.get_inputs()}
     shapes = [decoder_shapes[name] for name in names]
     return BufferFeatureStore(capacity, names, shapes, device, gather)
-
-
-def _lru_store(capacity: int):
-    """An empty least-recently-used map of `capacity` entries (`triton_sam_features.LruStore`)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from triton_sam_features import LruStore
-
-    return LruStore(capacity)
-
-
-def _video_requests(model_dir: Path, params: dict):
-    """The model's volume requests if its video graphs were exported, else None."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from triton_sam_video import has_video_graphs
-
-    if not has_video_graphs(model_dir / VIDEO_DIR):
-        return None
-    return VideoRequests(model_dir / VIDEO_DIR, int(params.get("memory_cache_size", "512")))
-
-
-class VideoRequests:
-    """A volume's requests about one encoded plane (`handle`): track an object there, remember a
-    mask as a memory (kept here in a bounded LRU, returned as a handle), or take a mask as the
-    object's. Which memories a plane attends to is the client's choice."""
-
-    def __init__(self, directory: Path, capacity: int) -> None:
-        from triton_sam_video import TRACK_OUTPUTS, VideoGraphs
-
-        self.graphs = VideoGraphs(directory, _ort_session)
-        self.track_outputs = TRACK_OUTPUTS
-        self.memories = _lru_store(capacity)
-
-    def handles(self, request) -> bool:
-        return any(pb_utils.get_input_tensor_by_name(request, name) is not None for name in (MASK, MASK_LOGITS, MEMORY_TPOS))
-
-    def run(self, request, features: dict) -> "pb_utils.InferenceResponse":
-        if pb_utils.get_input_tensor_by_name(request, MASK) is not None:
-            mask = _required(request, MASK)
-            if mask.ndim != 3 or mask.shape[0] != 1 or 0 in mask.shape:
-                raise ValueError(f"mask must be [1, H, W], got {list(mask.shape)}")
-            low_res, score, obj_ptr = self.graphs.mask_as_output(features, mask[0] > 0)
-            return _response([LOW_RES_LOGITS, OBJECT_SCORE, MASK_OBJ_PTR], [low_res, score, obj_ptr.reshape(1, -1)])
-        if pb_utils.get_input_tensor_by_name(request, MASK_LOGITS) is not None:
-            logits, score = _required(request, MASK_LOGITS), _required(request, MASK_SCORE)
-            binarize = bool(_required(request, BINARIZE).reshape(-1)[0] > 0.5)
-            memory = self.graphs.remember(features, logits, score, binarize)
-            digest = hashlib.blake2b(memory.tobytes(), digest_size=16).hexdigest()
-            self.memories.put(digest, memory)
-            return _response([MEMORY_HANDLE], [np.array([[digest.encode()]], dtype=np.object_)])
-        return self._track(request, features)
-
-    def _track(self, request, features: dict) -> "pb_utils.InferenceResponse":
-        handles = [_text(h) for h in _required(request, MEMORY_HANDLES).reshape(-1)]
-        try:
-            memories = [self.memories.get(h) for h in handles]
-        except KeyError as error:
-            raise UnknownMemory(error.args[0]) from None
-        mask = pb_utils.get_input_tensor_by_name(request, "mask_input")
-        low = self.graphs.low_res
-        prompts = {
-            "point_coords": _required(request, "point_coords").astype(np.float32),
-            "point_labels": _required(request, "point_labels").astype(np.int32),
-            "mask_input": mask.as_numpy() if mask is not None else np.zeros((1, 1, low, low), np.float32),
-            "has_mask_input": np.full((1, 1), float(mask is not None), np.float32),
-        }
-        ptrs = _required(request, OBJ_PTRS)
-        outputs = self.graphs.track(
-            features,
-            memories,
-            _required(request, MEMORY_TPOS).reshape(-1),
-            ptrs.reshape(-1, ptrs.shape[-1]),
-            _required(request, OBJ_PTR_TPOS).reshape(-1),
-            prompts,
-        )
-        return _response(list(self.track_outputs), outputs)
 
 
 def _decoder_outputs(request, cropped: bool, best: bool) -> list:
@@ -534,32 +368,27 @@ def _decoder_outputs(request, cropped: bool, best: bool) -> list:
     whose crop it asks for where it is `cropped` (it sends a crop threshold), and the multimask
     candidates in place of the single mask where it wants the `best` of them."""
     requested = request.requested_output_names()
-    wanted = [name for name in DECODE_OUTPUTS if name in requested]
+    wanted = [name for name in contract.DECODER_OUTPUTS if name in requested]
     if cropped:
         wanted += [name for name, crop in CROPS.items() if crop in requested and name not in wanted]
-    wanted = wanted or list(DECODE_OUTPUTS)
+    wanted = wanted or list(contract.DECODER_OUTPUTS)
     if best:
-        wanted = [n for n in wanted if n not in (SINGLE_MASK, SINGLE_SCORE)]
-        wanted += [n for n in (MULTI_MASKS, MULTI_SCORES) if n not in wanted]
+        wanted = [n for n in wanted if n not in (contract.SINGLE_MASK, contract.SINGLE_SCORE)]
+        wanted += [n for n in (contract.MULTI_MASKS, contract.MULTI_SCORES) if n not in wanted]
     return wanted
-
-
-def _best_candidates(masks: np.ndarray, scores: np.ndarray) -> dict:
-    """Each row's multimask candidate with the highest predicted IoU (the first of equals), as its
-    single mask and score."""
-    rows, best = np.arange(len(scores)), np.argmax(scores, axis=1)
-    return {SINGLE_MASK: masks[rows, best][:, None], SINGLE_SCORE: scores[rows, best][:, None]}
 
 
 def _crop_threshold(request, batch: int):
     """The request's crop threshold per row ([B] float32), None if it sends none (then it gets no
     crop: Triton lists every output as requested when a client names none)."""
-    tensor = pb_utils.get_input_tensor_by_name(request, CROP_THRESHOLD)
+    tensor = pb_utils.get_input_tensor_by_name(request, contract.CROP_THRESHOLD)
     if tensor is None:
         return None
     thresholds = tensor.as_numpy().astype(np.float32).reshape(-1)
     if thresholds.shape != (batch,) or not np.isfinite(thresholds).all():
-        raise ValueError(f"'{CROP_THRESHOLD}' must be one finite number per prompt set, got {list(tensor.as_numpy().shape)}")
+        raise ValueError(
+            f"'{contract.CROP_THRESHOLD}' must be one finite number per prompt set, got {list(tensor.as_numpy().shape)}"
+        )
     return thresholds
 
 
@@ -567,27 +396,23 @@ def _answered_masks(request) -> str:
     """The decoder output whose masks a decode request gets, whole or cropped: the candidates where
     it asks for them (or for nothing in particular), else the single mask."""
     requested = request.requested_output_names()
-    return SINGLE_MASK if requested and MULTI_MASKS not in requested and MULTI_MASK_CROP not in requested else MULTI_MASKS
+    return (
+        contract.SINGLE_MASK
+        if requested and contract.MULTI_MASKS not in requested and contract.MULTI_MASK_CROP not in requested
+        else contract.MULTI_MASKS
+    )
 
 
 def _cropped_above(arrays: dict, thresholds: np.ndarray, requested) -> dict:
     """The `requested` crops of the decoder's mask `arrays` ([B, C, S, S]): cut to the samples above
-    each row's threshold, grown by CROP_MARGIN (one box for the batch and every mask; (0, 0, 1, 1)
-    if none is above), and that box per row."""
+    each row's threshold, grown by `contract.CROP_MARGIN` (one box for the batch and every mask;
+    `triton_sam_arrays.crop_box`), and that box per row."""
     masks = {name: arrays[name] for name, crop in CROPS.items() if crop in requested and name in arrays}
     if not masks:
         return {}
-    above = np.zeros(next(iter(masks.values())).shape[-2:], bool)
-    for logits in masks.values():
-        above |= (logits > thresholds.reshape(-1, 1, 1, 1)).any(axis=(0, 1))
-    rows, cols = np.flatnonzero(above.any(axis=1)), np.flatnonzero(above.any(axis=0))
-    y0, x0, y1, x1 = 0, 0, 1, 1
-    if rows.size:
-        height, width = above.shape
-        y0, y1 = max(rows[0] - CROP_MARGIN, 0), min(rows[-1] + 1 + CROP_MARGIN, height)
-        x0, x1 = max(cols[0] - CROP_MARGIN, 0), min(cols[-1] + 1 + CROP_MARGIN, width)
+    y0, x0, y1, x1 = crop_box(list(masks.values()), thresholds, contract.CROP_MARGIN)
     crops = {CROPS[name]: np.ascontiguousarray(logits[:, :, y0:y1, x0:x1]) for name, logits in masks.items()}
-    return {**crops, CROP_BOX: np.tile(np.array([y0, x0, y1, x1], np.int32), (len(thresholds), 1))}
+    return {**crops, contract.CROP_BOX: np.tile(np.array([y0, x0, y1, x1], np.int32), (len(thresholds), 1))}
 
 
 def _joined(arrays: list) -> np.ndarray:
@@ -596,59 +421,9 @@ def _joined(arrays: list) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def _run_cancellable(run, requests: list) -> list:
-    """`run(options)` of an ONNX Runtime session, stopped (`options.terminate`) as soon as every
-    request is cancelled.
-
-    A hover decode superseded while it runs thus frees the instance within milliseconds instead
-    of making the newest request wait behind it.
-    """
-    options = ort.RunOptions()
-    finished = threading.Event()
-
-    def watch() -> None:
-        while not finished.wait(CANCEL_POLL_S):
-            if all(r.is_cancelled() for r in requests):
-                options.terminate = True
-                return
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        return run(options)
-    except Exception as error:
-        if options.terminate:
-            raise Cancelled() from error
-        raise
-    finally:
-        finished.set()
-        watcher.join()
-
-
 def _images(request) -> np.ndarray:
     """An encode request's images, [B, H, W, C] uint8; ValueError if malformed."""
     images = pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy()
     if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
         raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
     return images
-
-
-def _required(request, name: str) -> np.ndarray:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        raise ValueError(f"this request needs input '{name}'")
-    return tensor.as_numpy()
-
-
-def _flag(request, name: str) -> bool:
-    """Whether the request sends input `name` set (any of its values true)."""
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return tensor is not None and bool(tensor.as_numpy().any())
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _error(message: str, code) -> "pb_utils.InferenceResponse":
-    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
