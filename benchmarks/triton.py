@@ -28,7 +28,7 @@ from .fixtures import BENCH_SHAPE, bench_image, exported_repository
 from .wire import CountingProxy, loopback_server
 
 
-def _model_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
+def _encoder_inputs(spec: ModelSpec, shape: tuple[int, int], count: int) -> list[np.ndarray]:
     """`count` different encoder inputs (the server caches by content, so repeats would not encode)."""
     base = encoder_input(bench_image(shape), spec)
     return [np.roll(base, 7 * i, axis=1) for i in range(count)]
@@ -166,7 +166,7 @@ def _tile_encodes(url: str, spec: ModelSpec, count: int) -> dict:
     engine = TritonEngine(spec, TritonConnection(url))
     try:
         warm_up = min(engine.encode_batch, count)
-        tiles = _model_inputs(spec, (spec.input_size, spec.input_size), warm_up + count)
+        tiles = _encoder_inputs(spec, (spec.input_size, spec.input_size), warm_up + count)
         engine.encode_many(tiles[:warm_up])
         seconds, _ = timed_call(engine.encode_many, tiles[warm_up:])
         return {"encode_batch": engine.encode_batch, "tiles": count, "per_tile_ms": 1000 * seconds / count}
@@ -209,7 +209,7 @@ def run(
 ) -> dict:
     spec = get_model(model_id)
     repository = exported_repository(model_id, seed, workdir)
-    inputs = _model_inputs(spec, shape, encodes + 1)
+    inputs = _encoder_inputs(spec, shape, encodes + 1)
     local = create_engine(spec, "local", repository)
     result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from triton_sam.errors import DecodeCancelled
-from triton_sam.speculative import HOVER, PROMPT, SpeculativeDecoder
+from triton_sam.speculative import HOVER, PROMPT, DecodeScheduler
 
 
 class FakeEngine:
@@ -61,7 +61,7 @@ class Recorder:
         self.done.set()
 
 
-def _wait_idle(decoder: SpeculativeDecoder, timeout_s: float = 10.0) -> None:
+def _wait_idle(decoder: DecodeScheduler, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         stats = decoder.stats
@@ -76,7 +76,7 @@ def _wait_idle(decoder: SpeculativeDecoder, timeout_s: float = 10.0) -> None:
 def test_never_more_than_n_in_flight_and_the_last_event_gets_its_result(max_in_flight):
     engine = FakeEngine(latency_s=0.004)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder, max_in_flight=max_in_flight) as decoder:
+    with DecodeScheduler(recorder, max_in_flight=max_in_flight) as decoder:
         rng = random.Random(max_in_flight)
         for i in range(300):
             decoder.hover(engine.job(f"h{i}"))
@@ -94,7 +94,7 @@ def test_a_sweep_starts_no_decodes_until_the_cursor_rests_and_then_the_last_one_
     engine = FakeEngine(latency_s=0.02)
     recorder = Recorder()
     clock = FakeClock()  # the strokes' timing is the test's, not the (busy) machine's
-    with SpeculativeDecoder(recorder, clock=clock) as decoder:
+    with DecodeScheduler(recorder, clock=clock) as decoder:
         for stroke in range(3):
             for i in range(40):  # a stroke at 200 Hz
                 decoder.hover(engine.job(f"s{stroke}-{i}"))
@@ -113,7 +113,7 @@ def test_a_sweep_starts_no_decodes_until_the_cursor_rests_and_then_the_last_one_
 def test_without_settling_every_rested_event_starts_at_once():
     engine = FakeEngine(latency_s=0.001)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder, settle=False) as decoder:
+    with DecodeScheduler(recorder, settle=False) as decoder:
         for i in range(20):
             decoder.hover(engine.job(f"h{i}"))
             time.sleep(0.01)
@@ -141,7 +141,7 @@ class FakeClock:
 )
 def test_the_settle_wait_is_the_usual_gap_plus_a_margin_that_grows_with_jitter(gaps_s, low_s, high_s):
     clock = FakeClock()
-    with SpeculativeDecoder(Recorder(), clock=clock) as decoder:
+    with DecodeScheduler(Recorder(), clock=clock) as decoder:
         for gap_s in gaps_s:
             decoder.hover(lambda token: None)
             clock.advance(gap_s)
@@ -152,7 +152,7 @@ def test_moves_too_small_to_send_keep_a_pending_hover_waiting_until_the_cursor_r
     engine = FakeEngine(latency_s=0.001)
     recorder = Recorder()
     clock = FakeClock()
-    with SpeculativeDecoder(recorder, clock=clock) as decoder:
+    with DecodeScheduler(recorder, clock=clock) as decoder:
         for i in range(20):
             decoder.hover(engine.job(f"h{i}"))
             clock.advance(0.008)
@@ -171,7 +171,7 @@ def test_moves_too_small_to_send_keep_a_pending_hover_waiting_until_the_cursor_r
 def test_a_superseded_running_job_is_cancelled_in_the_engine_and_never_delivered():
     engine = FakeEngine(latency_s=0.5)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder) as decoder:
+    with DecodeScheduler(recorder) as decoder:
         decoder.hover(engine.job("old"))
         while "old" not in engine.started:
             time.sleep(0.001)
@@ -185,7 +185,7 @@ def test_a_superseded_running_job_is_cancelled_in_the_engine_and_never_delivered
 def test_a_result_that_finished_after_being_superseded_is_not_delivered():
     engine = FakeEngine(latency_s=0.2, cancellable=False)  # like an ORT backend run: cannot stop
     recorder = Recorder()
-    with SpeculativeDecoder(recorder, max_in_flight=2) as decoder:
+    with DecodeScheduler(recorder, max_in_flight=2) as decoder:
         decoder.hover(engine.job("old"))
         while "old" not in engine.started:
             time.sleep(0.001)
@@ -210,7 +210,7 @@ def test_delivered_results_are_always_the_newest_under_random_load():
 
     # No settling: every hover starts at once, so decodes overlap and finish out of order (with the
     # settle wait a burst can leave only a couple of decodes, and nothing to order).
-    with SpeculativeDecoder(deliver, max_in_flight=3, settle=False) as decoder:
+    with DecodeScheduler(deliver, max_in_flight=3, settle=False) as decoder:
         for i in range(400):
             with lock:
                 submitted.append(decoder.hover(engine.job(f"h{i}")))
@@ -225,7 +225,7 @@ def test_delivered_results_are_always_the_newest_under_random_load():
 def test_clicks_are_never_dropped_and_run_in_order_before_pending_hovers():
     engine = FakeEngine(latency_s=0.01)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder) as decoder:
+    with DecodeScheduler(recorder) as decoder:
         for i in range(30):
             decoder.hover(engine.job(f"h{i}"))
             if i % 3 == 0:
@@ -241,7 +241,7 @@ def test_clicks_are_never_dropped_and_run_in_order_before_pending_hovers():
 def test_a_click_makes_earlier_hover_work_stale():
     engine = FakeEngine(latency_s=0.2)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder) as decoder:
+    with DecodeScheduler(recorder) as decoder:
         decoder.hover(engine.job("before-click"))
         while "before-click" not in engine.started:
             time.sleep(0.001)
@@ -254,7 +254,7 @@ def test_a_click_makes_earlier_hover_work_stale():
 def test_clear_cancels_hovers_and_optionally_prompts():
     engine = FakeEngine(latency_s=0.3)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder) as decoder:
+    with DecodeScheduler(recorder) as decoder:
         decoder.prompt(engine.job("p"))
         while "p" not in engine.started:
             time.sleep(0.001)
@@ -277,7 +277,7 @@ def test_waiting_for_the_newest_hover_ends_once_its_preview_is_delivered():
         delivered.append(delivery.value)
 
     engine = FakeEngine(latency_s=0.1)
-    with SpeculativeDecoder(slow_delivery) as decoder:
+    with DecodeScheduler(slow_delivery) as decoder:
         decoder.hover(engine.job("old"))
         decoder.hover(engine.job("newest"))
         assert decoder.wait_for_hover(5.0)
@@ -292,7 +292,7 @@ def test_waiting_for_a_hover_that_will_not_be_delivered_ends_without_it(ending):
     def broken(token):
         raise RuntimeError("server away")
 
-    with SpeculativeDecoder(recorder, on_error=lambda error: None) as decoder:
+    with DecodeScheduler(recorder, on_error=lambda error: None) as decoder:
         decoder.hover(broken if ending == "failed" else engine.job("h"))
         if ending == "cleared":
             threading.Timer(0.05, decoder.clear).start()  # the cursor left the image meanwhile
@@ -310,7 +310,7 @@ def test_an_engine_error_is_reported_and_the_worker_keeps_going():
     def broken(token):
         raise RuntimeError("server exploded")
 
-    with SpeculativeDecoder(recorder, on_error=errors.append) as decoder:
+    with DecodeScheduler(recorder, on_error=errors.append) as decoder:
         decoder.hover(broken)
         _wait_idle(decoder)
         decoder.hover(FakeEngine(0.001).job("fine"))
@@ -322,7 +322,7 @@ def test_an_engine_error_is_reported_and_the_worker_keeps_going():
 def test_close_cancels_running_work_and_leaves_no_threads():
     before = set(threading.enumerate())
     engine = FakeEngine(latency_s=5.0)
-    decoder = SpeculativeDecoder(Recorder(), max_in_flight=3)
+    decoder = DecodeScheduler(Recorder(), max_in_flight=3)
     decoder.prompt(engine.job("slow-click"))
     decoder.prompt(engine.job("slow-click-2"))
     decoder.hover(engine.job("slow"))
@@ -339,7 +339,7 @@ def test_close_cancels_running_work_and_leaves_no_threads():
 
 def test_latency_is_measured_from_the_event():
     recorder = Recorder()
-    with SpeculativeDecoder(recorder) as decoder:
+    with DecodeScheduler(recorder) as decoder:
         t_event = time.perf_counter() - 0.05  # the event happened 50 ms ago
         decoder.hover(FakeEngine(0.01).job("h"), t_event=t_event)
         _wait_idle(decoder)
@@ -353,7 +353,7 @@ def test_latency_is_measured_from_the_event():
 def test_hover_previews_are_counted_apart_from_prompt_results():
     """The status line's "N of M mouse moves previewed": clicks are results but no mouse moves."""
     engine, recorder = FakeEngine(0.005), Recorder()
-    with SpeculativeDecoder(recorder) as decoder:
+    with DecodeScheduler(recorder) as decoder:
         for name in ("h1", "click", "h2", "click-2"):
             (decoder.prompt if name.startswith("click") else decoder.hover)(engine.job(name))
             _wait_idle(decoder)
@@ -364,7 +364,7 @@ def test_hover_previews_are_counted_apart_from_prompt_results():
 def test_overdue_policy_lets_a_short_running_job_finish_and_cancels_a_stuck_one():
     engine = FakeEngine(latency_s=0.1)
     recorder = Recorder()
-    with SpeculativeDecoder(recorder, cancel_running="overdue") as decoder:
+    with DecodeScheduler(recorder, cancel_running="overdue") as decoder:
         decoder.hover(engine.job("warm"))  # teaches the scheduler a typical run (~0.1 s)
         _wait_idle(decoder)
         decoder.hover(engine.job("young"))

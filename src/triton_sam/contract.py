@@ -23,7 +23,14 @@ Glossary (one name per concept throughout the code):
 - prompts: points, a box and a previous round's low-res logits; decode: one decoder call for them;
   low-res logits: its 256x256 (SAM3: 288x288) mask logits; masks: logits above the threshold at the
   image's size (`masks.MaskResizer`); preview: the mask shown under the cursor; commit: the object
-  becomes a label.
+  becomes a label. One prompt set travels as a `prompts.Prompts` value (plane -> tile -> request).
+- plane (`planes.Plane`): an image being segmented, with its contrast and its tiles; tile
+  (`tiles.Tile`): a window of a large plane encoded as an image of its own; window: where a mask
+  or tile sits in its plane (`offset`).
+- object in progress (`objects.ObjectInProgress`): the prompts and last candidates of the object
+  being built on one plane; scheduler (`speculative.DecodeScheduler`): runs its decodes latest-wins.
+- crop: only the automatic generator's crops (`crop_n_layers`, as SAM's generator says); the
+  session model's cropped logits are a logits crop (`CROP_BOX` below).
 """
 
 from __future__ import annotations

@@ -115,9 +115,9 @@ class FeatureCache:
         with self._lock:
             return key in self._items
 
-    def signature(self, model_input: np.ndarray) -> str:
-        """The key `model_input`'s features are cached under."""
-        return content_signature(model_input, self.engine.spec.model_id)
+    def signature(self, encoder_input: np.ndarray) -> str:
+        """The key `encoder_input`'s features are cached under."""
+        return content_signature(encoder_input, self.engine.spec.model_id)
 
     def get(self, key: str) -> ImageFeatures | None:
         """Features cached in memory under `key` (see `signature`), or None; encodes nothing."""
@@ -128,9 +128,9 @@ class FeatureCache:
                 self.hits += 1
             return features
 
-    def features(self, model_input: np.ndarray, key: str | None = None) -> ImageFeatures:
-        """Features of `model_input` (whose `signature` is `key`, if known), encoding it only if no one has yet."""
-        key = key or self.signature(model_input)
+    def features(self, encoder_input: np.ndarray, key: str | None = None) -> ImageFeatures:
+        """Features of `encoder_input` (whose `signature` is `key`, if known), encoding it only if no one has yet."""
+        key = key or self.signature(encoder_input)
         while True:
             with self._lock:
                 if key in self._items:
@@ -142,16 +142,16 @@ class FeatureCache:
                     self._claim([key])
                     break
             busy.wait()
-        return self._encode_claimed({key: model_input})[key]
+        return self._encode_claimed({key: encoder_input})[key]
 
-    def features_many(self, model_inputs: Sequence[np.ndarray], keys: Sequence[str] | None = None) -> list[ImageFeatures]:
+    def features_many(self, encoder_inputs: Sequence[np.ndarray], keys: Sequence[str] | None = None) -> list[ImageFeatures]:
         """`features` of several inputs: those no one has encoded yet go to the engine together
         (`Engine.encode_many`: a server may encode them in one run)."""
-        keys = list(keys) if keys is not None else [self.signature(m) for m in model_inputs]
+        keys = list(keys) if keys is not None else [self.signature(m) for m in encoder_inputs]
         with self._lock:
             mine = self._claim([k for k in dict.fromkeys(keys) if k not in self._items and k not in self._encoding])
-        made = self._encode_claimed({k: m for k, m in zip(keys, model_inputs) if k in mine}) if mine else {}
-        return [made[k] if k in made else self.features(m, k) for k, m in zip(keys, model_inputs)]
+        made = self._encode_claimed({k: m for k, m in zip(keys, encoder_inputs) if k in mine}) if mine else {}
+        return [made[k] if k in made else self.features(m, k) for k, m in zip(keys, encoder_inputs)]
 
     def _claim(self, keys: list[str]) -> list[str]:
         """Mark `keys` as being encoded by this caller (others wait for them); holds the lock."""
@@ -160,13 +160,13 @@ class FeatureCache:
         self.misses += len(keys)
         return keys
 
-    def _encode_claimed(self, model_inputs: dict[str, np.ndarray]) -> dict[str, ImageFeatures]:
+    def _encode_claimed(self, encoder_inputs: dict[str, np.ndarray]) -> dict[str, ImageFeatures]:
         """Features of claimed keys (key -> input): loaded from disk, else encoded; cached, and the
         claims let go of."""
         try:
-            made = {key: self._load(key) for key in model_inputs}
+            made = {key: self._load(key) for key in encoder_inputs}
             new = [key for key, features in made.items() if features is None]
-            encoded = self.engine.encode_many([model_inputs[key] for key in new]) if new else []
+            encoded = self.engine.encode_many([encoder_inputs[key] for key in new]) if new else []
             for key, features in zip(new, encoded, strict=True):
                 self._save(key, features)
                 made[key] = features
@@ -176,7 +176,7 @@ class FeatureCache:
             return made
         finally:
             with self._lock:
-                for key in model_inputs:
+                for key in encoder_inputs:
                     self._encoding.pop(key).set()
 
     def _load(self, key: str) -> ImageFeatures | None:

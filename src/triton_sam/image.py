@@ -1,6 +1,6 @@
 """Turn the arrays users have into the uint8 images SAM encoders are sent.
 
-Conversion rules (documented in the README):
+Conversion rules (documented in docs/python-api.md):
 - uint8 is used as is; bool becomes 0/255;
 - any other dtype (uint16, int, float) is scaled linearly from `contrast_limits` (default: the
   image's min and max) to 0..255 and clipped, the way a viewer shows it;

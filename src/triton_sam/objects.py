@@ -58,7 +58,7 @@ class Committed:
 
 
 @dataclass
-class ObjectPrompts:
+class ObjectInProgress:
     """The object being built on one plane: its prompts (image pixels) and its last decoded candidates."""
 
     prompts: Prompts = Prompts()

@@ -107,9 +107,9 @@ class Plane:
         if features is None and tile in self.signatures:
             features = self.cache.get(self.signatures[tile])
         if features is None:
-            model_input = self.encoder_input(tile)
-            key = self.cache.signature(model_input)
-            features = self.cache.features(model_input, key)
+            encoder_input = self.encoder_input(tile)
+            key = self.cache.signature(encoder_input)
+            features = self.cache.features(encoder_input, key)
             self.signatures[tile] = key
         return features
 
@@ -120,10 +120,10 @@ class Plane:
         self.held[tile] = self.features(tile)
         return self.held[tile]
 
-    def encode(self, tiles: Sequence[Tile], model_inputs: Sequence[np.ndarray]) -> None:
-        """Encode `tiles` (read as `model_inputs`) into the cache, together where the engine can."""
-        keys = [self.cache.signature(model_input) for model_input in model_inputs]
-        self.cache.features_many(model_inputs, keys)
+    def encode(self, tiles: Sequence[Tile], encoder_inputs: Sequence[np.ndarray]) -> None:
+        """Encode `tiles` (read as `encoder_inputs`) into the cache, together where the engine can."""
+        keys = [self.cache.signature(encoder_input) for encoder_input in encoder_inputs]
+        self.cache.features_many(encoder_inputs, keys)
         self.signatures.update(zip(tiles, keys))
 
     def encode_tiles(

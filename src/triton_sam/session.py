@@ -2,7 +2,7 @@
 
 Qt-free. The caller (the napari widget, a benchmark, a test) says which image plane is shown,
 reports cursor moves and clicks in image pixels (x, y), and receives `Preview`s through a callback
-on a worker thread. Decoding goes through a `SpeculativeDecoder`, so cursor moves never queue up.
+on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves never queue up.
 
 - Hover: with no prompts yet, the preview is the object under the cursor (one mask, chosen the way
   SAM2 chooses). With prompts, the preview is the object as the prompts make it, and the cursor is
@@ -40,13 +40,13 @@ from .engines import CancelToken, Engine
 from .errors import InvalidInputError
 from .features import FeatureCache
 from .image import ContrastLimits
-from .objects import Committed, ObjectPrompts, Offset, Preview
+from .objects import Committed, ObjectInProgress, Offset, Preview
 from .planes import Plane, cache_plane, cache_planes
 from .prompts import Point, Prompts
-from .speculative import Delivery, SchedulerStats, SpeculativeDecoder
+from .speculative import DecodeScheduler, Delivery, SchedulerStats
 from .tiles import Tile, needs_tiling
 
-__all__ = ["Committed", "InteractiveSession", "ObjectPrompts", "Offset", "Preview"]  # the values live in `objects`
+__all__ = ["Committed", "InteractiveSession", "ObjectInProgress", "Offset", "Preview"]  # the values live in `objects`
 
 
 class InteractiveSession:
@@ -79,14 +79,14 @@ class InteractiveSession:
         self._lock = threading.Condition()
         self._plane: Plane | None = None
         self._planes_asked = 0  # `set_plane` calls begun: the last one begun shows its plane
-        self._objects: dict[Hashable, ObjectPrompts] = {}
+        self._objects: dict[Hashable, ObjectInProgress] = {}
         self._last_hover: Point | None = None
         self._waiting_hover: Point | None = None  # the cursor rests on a tile not encoded yet
         self._moved_at = -math.inf  # when `hover` was last called (time.perf_counter)
         self._closed = False
         self._tile_step = 1
         self._hover_preview: Preview | None = None
-        self._decoder = SpeculativeDecoder(
+        self._scheduler = DecodeScheduler(
             self._deliver,
             max_in_flight,
             on_error,
@@ -162,7 +162,7 @@ class InteractiveSession:
             self._plane = plane
             self._last_hover = None
             self._hover_preview = None
-            self._decoder.clear()
+            self._scheduler.clear()
             obj = self.object
             if not obj.empty and obj.content not in (None, plane.content):
                 obj.decoded_version = -1  # its logits are of the plane as it was: no mask input
@@ -235,16 +235,16 @@ class InteractiveSession:
             return self._plane.key if self._plane else None
 
     @property
-    def prompts(self) -> ObjectPrompts:
+    def prompts(self) -> ObjectInProgress:
         """A copy of the prompts of the object in progress on the current plane (for drawing them)."""
         with self._lock:
-            return ObjectPrompts(self.object.prompts)
+            return ObjectInProgress(self.object.prompts)
 
     @property
-    def object(self) -> ObjectPrompts:
+    def object(self) -> ObjectInProgress:
         """Prompts of the object in progress on the current plane."""
         with self._lock:
-            return self._objects.setdefault(self._plane.key if self._plane else None, ObjectPrompts())
+            return self._objects.setdefault(self._plane.key if self._plane else None, ObjectInProgress())
 
     # --- hover --------------------------------------------------------------------------------
 
@@ -273,18 +273,18 @@ class InteractiveSession:
                 self._clear_hover()  # no object under the cursor to show here yet
             return None
         hinted = obj if with_prompts else None
-        return self._decoder.hover(partial(self._decode_hover, plane, hinted, tile, prompts, mask_input), t_event)
+        return self._scheduler.hover(partial(self._decode_hover, plane, hinted, tile, prompts, mask_input), t_event)
 
     def _moved_enough(self, xy: Point) -> bool:
         """Whether the cursor moved `min_move_px` since the last hover decoded (then `xy` is the
         last; else the move is counted as skipped). Lock held."""
         if self._last_hover is not None and math.dist(self._last_hover, xy) < self.min_move_px:
-            self._decoder.count_skipped_event()
+            self._scheduler.count_skipped_event()
             return False
         self._last_hover = xy
         return True
 
-    def _decode_again_if_outdated(self, plane: Plane, obj: ObjectPrompts) -> None:
+    def _decode_again_if_outdated(self, plane: Plane, obj: ObjectInProgress) -> None:
         """Decode the object's prompts again, with the tiles of now, if its last decode failed (a
         server away?) or was of tiles of another step (zoomed since). Lock held."""
         stale = obj.decoded_version != obj.version
@@ -299,11 +299,11 @@ class InteractiveSession:
         self._waiting_hover = xy if tile is None else None
         if tile is None:
             self._last_hover = None  # the next move decodes, if its tile is ready by then
-            self._decoder.count_skipped_event()
+            self._scheduler.count_skipped_event()
         return tile
 
     def _decode_hover(
-        self, plane: Plane, obj: ObjectPrompts | None, tile: Tile, prompts: Prompts, mask_input, token: CancelToken
+        self, plane: Plane, obj: ObjectInProgress | None, tile: Tile, prompts: Prompts, mask_input, token: CancelToken
     ) -> Preview | None:
         """Decode a hover, `prompts` ending with the cursor (on a worker thread): as a click there
         would be, the candidate it will choose, refining the object's mask (`mask_input`); with an
@@ -334,7 +334,7 @@ class InteractiveSession:
         with self._lock:
             self._last_hover = None
             self._hover_preview = None
-            self._decoder.clear()
+            self._scheduler.clear()
         self._on_preview(shown)
 
     # --- prompts ------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ class InteractiveSession:
             if obj.empty:
                 obj.version += 1
                 self._hover_preview = None
-                self._decoder.clear(prompts=True)
+                self._scheduler.clear(prompts=True)
                 self._on_preview(None)
             else:
                 self._submit_prompt(None)
@@ -390,7 +390,7 @@ class InteractiveSession:
         with self._lock:
             self._objects.pop(self._plane.key if self._plane else None, None)
             self._hover_preview = None
-            self._decoder.clear(prompts=True)
+            self._scheduler.clear(prompts=True)
         self._on_preview(None)
 
     def commit(self, wait_s: float = 30.0) -> Committed | None:
@@ -403,7 +403,7 @@ class InteractiveSession:
         with self._lock:
             hover_only = self.object.empty
         if hover_only:  # (not holding the lock: the preview is delivered under it)
-            self._decoder.wait_for_hover(wait_s)
+            self._scheduler.wait_for_hover(wait_s)
         with self._lock:
             obj, plane = self.object, self._plane
             if plane is None:
@@ -429,7 +429,7 @@ class InteractiveSession:
             self._objects.pop(plane.key, None)
             self._hover_preview = None
             self._last_hover = None
-            self._decoder.clear(prompts=True)
+            self._scheduler.clear(prompts=True)
         self._on_preview(None)
         return committed
 
@@ -438,25 +438,25 @@ class InteractiveSession:
     @property
     def stats(self) -> SchedulerStats:
         """What the scheduler did: events, decodes sent, cancelled, delivered, latencies."""
-        return self._decoder.stats
+        return self._scheduler.stats
 
     @property
     def idle(self) -> bool:
         """No decode pending or running."""
-        return self._decoder.idle
+        return self._scheduler.idle
 
     @property
     def in_flight(self) -> int:
         """Decodes running now."""
-        return self._decoder.in_flight
+        return self._scheduler.in_flight
 
     def is_current(self, preview: Preview) -> bool:
         """Whether `preview` is still the newest result (a last check before showing it)."""
-        return self._decoder.is_current(preview.seq)
+        return self._scheduler.is_current(preview.seq)
 
     def is_superseded(self, preview: Preview) -> bool:
         """Whether a newer hover was asked for after the one `preview` answers."""
-        return preview.seq < self._decoder.latest_hover_seq
+        return preview.seq < self._scheduler.latest_hover_seq
 
     def provenance(self, prompts: Prompts, candidate: int | None) -> dict:
         """What reproduces an object: its prompts in image pixels (x, y), the candidate chosen
@@ -499,14 +499,14 @@ class InteractiveSession:
                     obj.pending -= 1
                     self._lock.notify_all()
 
-        return self._decoder.prompt(run, t_event)
+        return self._scheduler.prompt(run, t_event)
 
-    def _choose(self, obj: ObjectPrompts, candidate: int) -> None:
+    def _choose(self, obj: ObjectInProgress, candidate: int) -> None:
         """Make `candidate` the object's mask (call with the lock held)."""
         obj.chosen = candidate
         obj.mask = self._image_masks(obj.low_res[candidate][None], obj.tile)[0]
 
-    def _object_preview(self, plane: Plane, obj: ObjectPrompts) -> Preview:
+    def _object_preview(self, plane: Plane, obj: ObjectInProgress) -> Preview:
         """The object as its prompts make it (empty while its first decode runs; lock held)."""
         return obj.preview(plane.key, plane.tiles[0])
 
@@ -575,6 +575,6 @@ class InteractiveSession:
         """Stop decoding (no worker thread outlives this call) and close the engine if owned;
         tile encoding in another thread stops after its current tile."""
         self._closed = True
-        self._decoder.close()
+        self._scheduler.close()
         if self.owns_engine:
             self.engine.close()

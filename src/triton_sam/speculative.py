@@ -1,7 +1,7 @@
 """Latest-wins scheduling of decoder calls for a preview that follows the cursor.
 
 The mouse moves 60-120 times a second; a decode takes 5-100 ms. Sending every move floods the
-engine with work nobody will see. `SpeculativeDecoder` keeps at most `max_in_flight` jobs running,
+engine with work nobody will see. `DecodeScheduler` keeps at most `max_in_flight` jobs running,
 lets the newest hover job replace an older pending one, cancels a running hover job as soon as a
 newer one exists (through the engine: gRPC cancel, ONNX Runtime terminate), and delivers a result
 only while it is the newest: a stale mask is never shown. Prompt jobs (clicks) are never dropped or
@@ -97,7 +97,7 @@ class SchedulerStats:
         return {**counts, "latency_ms": latency_percentiles(latency), "run_ms": latency_percentiles(run)}
 
 
-class SpeculativeDecoder:
+class DecodeScheduler:
     """Runs hover and prompt jobs on worker threads; see the module docstring for the rules."""
 
     def __init__(
@@ -272,7 +272,7 @@ class SpeculativeDecoder:
         for worker in self._workers:
             worker.join(timeout_s)
 
-    def __enter__(self) -> SpeculativeDecoder:
+    def __enter__(self) -> DecodeScheduler:
         return self
 
     def __exit__(self, *exc) -> None:

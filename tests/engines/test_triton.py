@@ -294,8 +294,8 @@ def test_a_best_of_multimask_decode_answers_the_best_candidate_locally_and_throu
     remote = TritonEngine(spec, TritonConnection(models_server.grpc_url))
     try:
         image = np.random.default_rng(1).integers(0, 255, (480, 640, 3), np.uint8)
-        model_input, size = encoder_input(image, spec), image.shape[:2]
-        features = {local: local.encode(model_input), remote: remote.encode(model_input)}
+        sent, size = encoder_input(image, spec), image.shape[:2]
+        features = {local: local.encode(sent), remote: remote.encode(sent)}
         differs = 0
         for x, y in ((320, 240), (100, 400), (600, 50)):
             request = model_request(spec, size, **_one_point(x, y))
@@ -400,7 +400,7 @@ def test_images_of_one_shape_go_together_whatever_their_order(synthetic_batching
     features = engine.encode_many(images)
     assert _delta(before, _settled_requests(synthetic_batching_server, TINY.session_name)) == {"encoded": 2}
     assert [f.handle for f in features] == [content_signature(image, TINY.model_id) for image in images]
-    assert all(f.model_input is image for f, image in zip(features, images))
+    assert all(f.encoder_input is image for f, image in zip(features, images))
     engine.close()
 
 

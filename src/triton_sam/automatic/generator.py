@@ -156,9 +156,9 @@ class AutomaticMaskGenerator(EngineOwner):
         x0, y0, x1, y1 = crop
         return encoder_input(np.asarray(image[y0:y1, x0:x1]), self.spec, contrast_limits)
 
-    def _encode(self, model_inputs: list[np.ndarray]) -> list[ImageFeatures]:
+    def _encode(self, encoder_inputs: list[np.ndarray]) -> list[ImageFeatures]:
         """Features of crops' encoder inputs: from the cache where one was given."""
-        return self.cache.features_many(model_inputs) if self.cache is not None else self.engine.encode_many(model_inputs)
+        return self.cache.features_many(encoder_inputs) if self.cache is not None else self.engine.encode_many(encoder_inputs)
 
     def _crop(self, features: ImageFeatures, image_hw, crop, grid, counter, cancel) -> list[FoundMask]:
         """The masks found in one crop (encoded as `features`), duplicates removed, in image coordinates."""

@@ -32,7 +32,7 @@ class ImageFeatures:
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [1, C, H, W]
     handle: str | None = None
-    model_input: np.ndarray | None = None  # the encoder input (`image.encoder_input`), kept only with a handle
+    encoder_input: np.ndarray | None = None  # what was encoded (`image.encoder_input`), kept only with a handle
     device: dict[str, Any] = field(default_factory=dict)  # name -> the engine's device buffer (an ONNX Runtime OrtValue)
 
     @property
@@ -42,7 +42,7 @@ class ImageFeatures:
     @property
     def nbytes(self) -> int:
         """Bytes held for these features here and on the local GPU (features, or the kept input)."""
-        kept = self.model_input.nbytes if self.model_input is not None else 0
+        kept = self.encoder_input.nbytes if self.encoder_input is not None else 0
         on_device = sum(int(np.prod(value.shape())) * 4 for value in self.device.values())  # float32
         return kept + on_device + sum(a.nbytes for a in self.arrays.values())
 

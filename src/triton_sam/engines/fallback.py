@@ -148,7 +148,7 @@ class FallbackEngine(Engine):
         """Features the local engine can use: server-side ones are encoded here once."""
         cached = self._local_features
         if cached is None or cached[0] != features.handle:
-            cached = (features.handle, self._local.encode(features.model_input))
+            cached = (features.handle, self._local.encode(features.encoder_input))
             self._local_features = cached
         return cached[1]
 

@@ -101,7 +101,7 @@ class TritonEngine(Engine):
             cancel_on_server = server_version >= SAFE_CANCEL_VERSION
         self.cancel_on_server = cancel_on_server
         # Behind Triton's dynamic batcher, cancelling and resending on every mouse move delays the
-        # final preview of a stroke (README, Serving), so there a running decode is cancelled only
+        # final preview of a stroke (docs/serving.md), so there a running decode is cancelled only
         # when overdue, as where a cancel only drops the answer; otherwise cancelling always is fastest.
         always = self.cancel_on_server and "dynamic_batching" not in config
         self.cancel_running = CANCEL_ALWAYS if always else CANCEL_OVERDUE
@@ -120,7 +120,7 @@ class TritonEngine(Engine):
         return TritonVideo(cache, self)
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
-        return ImageFeatures(handle=self._encode(image[None])[0], model_input=image)
+        return ImageFeatures(handle=self._encode(image[None])[0], encoder_input=image)
 
     def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
         """Images of one shape go `encode_batch` to a request (the server encodes them together);
@@ -137,7 +137,7 @@ class TritonEngine(Engine):
                     continue
                 handles = self._encode(np.stack([images[i] for i in batch]))
                 for index, handle in zip(batch, handles, strict=True):
-                    features[index] = ImageFeatures(handle=handle, model_input=images[index])
+                    features[index] = ImageFeatures(handle=handle, encoder_input=images[index])
         return features
 
     def _encode(self, images: np.ndarray) -> list[str]:
@@ -157,7 +157,7 @@ class TritonEngine(Engine):
         multimask_output: bool = True,
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
-        if features.handle is None or features.model_input is None:
+        if features.handle is None or features.encoder_input is None:
             raise ValueError("TritonEngine.decode needs features from TritonEngine.encode")
         try:
             return self._decode(features.handle, request, multimask_output, cancel)
@@ -171,7 +171,7 @@ class TritonEngine(Engine):
         for _ in range(REENCODE_ATTEMPTS):
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled")
-            if self._encode(features.model_input[None]) != [features.handle]:
+            if self._encode(features.encoder_input[None]) != [features.handle]:
                 raise ServerModelError("The server returned a different handle for the same image.")
             try:
                 return self._decode(features.handle, request, multimask_output, cancel)
@@ -299,7 +299,7 @@ class TritonEngine(Engine):
     def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """One request to the session model about the image of `features` (its handle is added),
         waiting up to the encode timeout; the image is encoded again if the server lost it."""
-        if features.handle is None or features.model_input is None:
+        if features.handle is None or features.encoder_input is None:
             raise ValueError("TritonEngine.call needs features from TritonEngine.encode")
         for _ in range(REENCODE_ATTEMPTS):
             handles = np.array([[features.handle.encode()]], dtype=np.object_)
@@ -314,7 +314,7 @@ class TritonEngine(Engine):
             except InferenceServerException as error:
                 if contract.UNKNOWN_HANDLE not in (error.message() or ""):
                     raise self._error(error) from error
-                self._encode(features.model_input[None])  # lost (eviction, restart): the handle is content-based
+                self._encode(features.encoder_input[None])  # lost (eviction, restart): the handle is content-based
                 continue
             return {name: result.as_numpy(name) for name in outputs}
         raise ServerModelError(f"The server on {self.client.url} keeps losing this image's embedding: its cache is too small.")

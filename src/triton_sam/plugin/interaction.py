@@ -14,7 +14,7 @@ import napari
 import numpy as np
 from superqt.utils import ensure_main_thread
 
-from ..session import ObjectPrompts, Preview
+from ..session import ObjectInProgress, Preview
 from . import layers
 from .encoding import PlaneEncoding
 from .workers import make_worker
@@ -140,7 +140,7 @@ class Interaction:
         """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
         if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
             return
-        layers.show_prompts(self.prompts, self.box, ObjectPrompts() if clear else self.session.prompts)
+        layers.show_prompts(self.prompts, self.box, ObjectInProgress() if clear else self.session.prompts)
 
     def clear_preview(self) -> None:
         """Take the preview off the preview layer, if it is still there."""

@@ -182,7 +182,7 @@ def prompt_layers(viewer, image: Image, above: Labels) -> tuple[Points, Shapes]:
 
 
 def show_prompts(points: Points, box_layer: Shapes, prompts) -> None:
-    """Draw `prompts` (`session.ObjectPrompts`: points (x, y), labels, box x0, y0, x1, y1)."""
+    """Draw `prompts` (`session.ObjectInProgress`: points (x, y), labels, box x0, y0, x1, y1)."""
     yx = np.array([(y, x) for x, y in prompts.points], float).reshape(-1, 2)
     points.data = yx
     if len(yx):

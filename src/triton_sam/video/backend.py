@@ -47,11 +47,11 @@ class VideoBackend(ABC):
         """How many planes `planes` should be given at once (see `Engine.encode_batch`)."""
         return self.cache.engine.encode_batch
 
-    def plane(self, model_input: np.ndarray):
-        return self.planes([model_input])[0]
+    def plane(self, encoder_input: np.ndarray):
+        return self.planes([encoder_input])[0]
 
-    def planes(self, model_inputs: list[np.ndarray]) -> list:
-        return [self._plane(features) for features in self.cache.features_many(model_inputs)]
+    def planes(self, encoder_inputs: list[np.ndarray]) -> list:
+        return [self._plane(features) for features in self.cache.features_many(encoder_inputs)]
 
     def _plane(self, features: ImageFeatures):
         """A plane as the video graphs take it."""

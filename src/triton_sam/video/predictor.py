@@ -212,14 +212,14 @@ class VolumePredictor(EngineOwner):
             order = range(start_frame_idx, end + 1)
         tracked = [frame for frame in order if any(frame not in track.cond for track in state.tracks)]
         position = {frame: i for i, frame in enumerate(tracked)}
-        with ReadAhead(lambda frame: self._model_input(state, frame)) as reads:
+        with ReadAhead(lambda frame: self._encoder_input(state, frame)) as reads:
             # Each plane read once for all objects, the next ones read while these are tracked;
             # encoded `encode_batch` at a time (a GPU server encodes several together).
             batches, planes = reads.in_batches(tracked, self.video.encode_batch), {}
             for frame in order:
                 if frame in position and frame not in planes:
-                    frames, model_inputs = next(batches)
-                    planes.update(zip(frames, self.video.planes(model_inputs)))
+                    frames, encoder_inputs = next(batches)
+                    planes.update(zip(frames, self.video.planes(encoder_inputs)))
                 plane = planes.pop(frame, None)
                 low_res = []
                 for track in state.tracks:
@@ -286,9 +286,9 @@ class VolumePredictor(EngineOwner):
 
     def _plane(self, state: VolumeState, frame: int):
         """Plane `frame` as the backend holds it (encoded on first use, cached by content)."""
-        return self.video.plane(self._model_input(state, frame))
+        return self.video.plane(self._encoder_input(state, frame))
 
-    def _model_input(self, state: VolumeState, frame: int) -> np.ndarray:
+    def _encoder_input(self, state: VolumeState, frame: int) -> np.ndarray:
         """Plane `frame` read and made the encoder's input."""
         return encoder_input(state.plane(frame), self.spec, state.contrast_limits)
 
