@@ -23,6 +23,9 @@ class Target:
     def interactive(self) -> bool:
         return self._interactive
 
+    def acts(self) -> bool:  # a click's check (the real one also says why it refuses)
+        return self._interactive
+
     def __getattr__(self, name):  # hover, add_point, set_box, show_box: recorded
         return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
 

@@ -888,6 +888,33 @@ def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own
     widget.close_session()
 
 
+def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so(qtbot, viewer, synthetic_repository):
+    """Choosing another image or model in the panel without Start: a click or Shift-C never acts
+    on the session's image (it went to the old image, hidden under the new one); choosing the
+    session's own again, or Start, brings mouse and keys back."""
+    coins = viewer.add_image(disk_image(H, W, DISKS), name="coins")
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    model = widget.form.model_box.currentText()
+    cell = viewer.add_image(disk_image(H, W, DISKS[::-1]), name="cell")
+    for box, other in ((widget.form.image_box, "cell"), (widget.form.model_box, "mobile_sam")):
+        shown = box.currentText()
+        box.setCurrentText(other)
+        click(viewer, world(cell, 300, 150))
+        key(viewer, "commit")
+        qtbot.wait(300)  # a commit runs on a worker
+        assert widget.session.object.labels == [] and layers.objects_name(coins) not in viewer.layers
+        assert "press Start" in widget.form.status_label.toolTip() and other in widget.form.status_label.toolTip()
+        box.setCurrentText(shown)
+    assert widget.form.model_box.currentText() == model
+    click(viewer, world(coins, 80, 80))
+    qtbot.waitUntil(lambda: widget.session.object.decoded_version == 1, timeout=10000)
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(coins) in viewer.layers, timeout=10000)
+    assert viewer.layers[layers.objects_name(coins)].data[80, 80] == 1
+    widget.close_session()
+
+
 def _drawn_points(viewer) -> list[tuple[int, int, bool]]:
     """(x, y, positive) of the points the prompts layer draws."""
     points = viewer.layers[layers.PROMPTS_NAME]

@@ -42,7 +42,7 @@ def hover(target: Interaction, viewer, event) -> None:
 def press(target: Interaction, viewer, event) -> Generator[None, None, None]:
     """Mouse press: a click adds a point (negative with `NEGATIVE_MODIFIER`), a drag with
     `BOX_MODIFIER` sets a box; any other drag is napari's (pan)."""
-    if not target.interactive() or event.button != 1:
+    if event.button != 1 or not target.acts():
         return
     start = np.asarray(event.position, float)
     box = BOX_MODIFIER in event.modifiers

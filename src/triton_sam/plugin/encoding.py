@@ -39,7 +39,8 @@ class PlaneEncoding:
     tells the panel through `set_status` (what it does), `say_ready` (news of encoding), `failed`
     (an error), `on_leaving` (the plane on screen changes: its preview and prompts go), `on_shown`
     (a plane asked for is encoded: its prompts and the preview at the cursor), `on_all_finished`
-    (Encode all planes ended) and `on_new_pixels(same_layout)` (the image's data was replaced).
+    (Encode all planes ended), `on_new_pixels(same_layout)` (the image's data was replaced) and
+    `on_renamed` (the image layer has a new name).
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class PlaneEncoding:
         on_shown: Callable[[], None],
         on_all_finished: Callable[[], None],
         on_new_pixels: Callable[[bool], None],
+        on_renamed: Callable[[], None],
     ) -> None:
         self.viewer = viewer
         self.session: InteractiveSession | None = None
@@ -61,7 +63,7 @@ class PlaneEncoding:
         self.index: tuple[int, ...] | None = None  # the plane on screen (None: none yet, or not ready)
         self._set_status, self._say_ready, self._failed = set_status, say_ready, failed
         self._on_leaving, self._on_shown = on_leaving, on_shown
-        self._on_all_finished, self._on_new_pixels = on_all_finished, on_new_pixels
+        self._on_all_finished, self._on_new_pixels, self._on_renamed = on_all_finished, on_new_pixels, on_renamed
         self._encoding = None  # the worker encoding the plane on screen
         self._all_worker = None
         self._view_generation = 0  # bumped when the view moves: tile encoding for the old view stops
@@ -129,6 +131,7 @@ class PlaneEncoding:
         """The image layer was renamed: its objects layer goes with it (commits, Propagate)."""
         layers.rename_objects_layer(self.viewer, self._image_name, self._followed)
         self._image_name = self._followed.name
+        self._on_renamed()
 
     def _on_contrast(self, event=None) -> None:
         if not self._followed.rgb:  # (SAM sees RGB as it is)

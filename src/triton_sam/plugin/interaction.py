@@ -25,7 +25,8 @@ class Interaction:
 
     `preview` is the preview layer's writer, `prompts` and `box` the layers the prompts are drawn
     in (set at Start); `cursor` the world position of the last mouse move over the canvas (None
-    once it left). It acts only while `interactive()`; `switched_on()` is the panel's switch.
+    once it left). It acts only while `interactive()`; `switched_on()` is the panel's switch, and
+    `out_of_step()` says why not when the panel shows another image or model than the session's.
     """
 
     def __init__(
@@ -34,6 +35,7 @@ class Interaction:
         encoding: PlaneEncoding,
         *,
         switched_on: Callable[[], bool],
+        out_of_step: Callable[[], str | None],
         set_status: Callable[[str], None],
         failed: Callable[[Exception], None],
         on_preview_shown: Callable[[Preview], None],
@@ -43,7 +45,7 @@ class Interaction:
         self.preview: layers.LivePreview | layers.WindowPreview | None = None
         self.prompts = self.box = None
         self.cursor = None
-        self._switched_on, self._set_status, self._failed = switched_on, set_status, failed
+        self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
         self._on_preview_shown = on_preview_shown
 
     @property
@@ -55,8 +57,17 @@ class Interaction:
         return self.encoding.image
 
     def interactive(self) -> bool:
-        """Whether mouse and keys act now: the switch is on and the plane on screen is encoded (2D)."""
-        return self._switched_on() and self.encoding.ready and self.viewer.dims.ndisplay == 2
+        """Whether mouse and keys act now: the switch is on, the panel shows the session's image and
+        model, and the plane on screen is encoded (2D)."""
+        return self._switched_on() and self._out_of_step() is None and self.encoding.ready and self.viewer.dims.ndisplay == 2
+
+    def acts(self) -> bool:
+        """`interactive()` for a click or key: one refused because the panel shows another image or
+        model than the session's says so (never a prompt on one image decoded on another)."""
+        why = self._out_of_step()
+        if why is not None:
+            self._set_status(why)
+        return self.interactive()
 
     def hover(self, x: float, y: float) -> None:
         self.session.hover(x, y)
@@ -104,7 +115,7 @@ class Interaction:
 
     def commit(self) -> None:
         """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
-        if not self.interactive():
+        if not self.acts():
             return
         index = self.encoding.index
         worker = make_worker(self.session.commit)
@@ -123,17 +134,17 @@ class Interaction:
         self._set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:
-        if self.interactive():
+        if self.acts():
             self.session.discard()
             self.draw_prompts()
 
     def undo(self) -> None:
-        if self.interactive():
+        if self.acts():
             self.session.undo()
             self.draw_prompts()
 
     def cycle(self) -> None:
-        if self.interactive():
+        if self.acts():
             self.session.cycle_candidate()
 
     def draw_prompts(self, clear: bool = False) -> None:
@@ -154,7 +165,7 @@ class Interaction:
         if session is None or self.preview is None or self.preview.layer not in self.viewer.layers:
             return
         if preview is not None:
-            if not self.encoding.ready or preview.plane != session.plane:
+            if not self.encoding.ready or preview.plane != session.plane or self._out_of_step() is not None:
                 return
             if preview.point is not None and not session.is_current(preview):
                 return

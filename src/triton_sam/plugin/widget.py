@@ -17,7 +17,7 @@ from functools import partial
 import napari
 import numpy as np
 from napari.layers import Image
-from qtpy.QtCore import QEvent, QTimer, Signal
+from qtpy.QtCore import QEvent, QSignalBlocker, QTimer, Signal
 from qtpy.QtWidgets import QVBoxLayout, QWidget
 from superqt.utils import ensure_main_thread
 
@@ -67,16 +67,19 @@ class TritonSamWidget(QWidget):
             on_shown=lambda: self.interaction.plane_shown(),
             on_all_finished=self._encode_all_finished,
             on_new_pixels=self._on_new_pixels,
+            on_renamed=self._refresh_layers,
         )
         self.interaction = Interaction(
             napari_viewer,
             self.encoding,
             switched_on=self.form.interaction_check.isChecked,
+            out_of_step=self.out_of_step,
             set_status=self.form.set_status,
             failed=self._failed,
             on_preview_shown=self.preview_shown.emit,
         )
         self._chosen: Image | None = None  # the image layer being started on
+        self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
@@ -91,6 +94,8 @@ class TritonSamWidget(QWidget):
         self.form.segment_all_button.clicked.connect(self.toggle_segment_all)
         self.form.interaction_check.toggled.connect(self._on_enabled)
         self.form.image_box.currentTextChanged.connect(self._enable_stack_controls)
+        self.form.image_box.currentTextChanged.connect(self._choice_changed)
+        self.form.model_box.currentTextChanged.connect(self._choice_changed)
         # napari deletes docked widgets with its window without closing them, and may keep their
         # Python side alive: the engine goes when the Qt side does.
         self.destroyed.connect(partial(_let_go_of, weakref.ref(self)))
@@ -138,12 +143,16 @@ class TritonSamWidget(QWidget):
             self.form.set_status(IMAGE_REMOVED)
         current = self.form.image_box.currentText()
         names = [layer.name for layer in self.viewer.layers if isinstance(layer, Image)]
-        self.form.image_box.clear()
-        self.form.image_box.addItems(names)
-        active = self.viewer.layers.selection.active
-        preferred = current if current in names else getattr(active, "name", None)
-        if preferred in names:
-            self.form.image_box.setCurrentText(preferred)
+        started_on = self.image.name if self.session is not None and self.image is not None else None
+        active = getattr(self.viewer.layers.selection.active, "name", None)
+        preferred = next((name for name in (current, started_on, active) if name in names), None)
+        with QSignalBlocker(self.form.image_box):  # the box passes through other names while it is filled
+            self.form.image_box.clear()
+            self.form.image_box.addItems(names)
+            if preferred is not None:
+                self.form.image_box.setCurrentText(preferred)
+        if self.form.image_box.currentText() != current:
+            self.form.image_box.currentTextChanged.emit(self.form.image_box.currentText())
 
     def find_models(self) -> None:
         """Fill the model list with what the server (or the local repository) offers."""
@@ -224,6 +233,7 @@ class TritonSamWidget(QWidget):
             self.form.set_status(IMAGE_REMOVED)
             return
         self.encoding.begin(session, self._chosen)
+        self._said_out_of_step = None
         interaction = self.interaction
         interaction.prompts, interaction.box = layers.prompt_layers(self.viewer, self.image, above=interaction.preview.layer)
         existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
@@ -232,6 +242,36 @@ class TritonSamWidget(QWidget):
         self.encoding.follow(self.image)
         self.say_ready(f"{session.engine.describe()}: ready.")
         self.encoding.step_moved()
+
+    def out_of_step(self) -> str | None:
+        """Why mouse and keys rest while the panel shows another image or model than the session's
+        (None when it shows what runs): a prompt is never given on one image and decoded on another."""
+        session, image = self.session, self.image
+        if session is None or image not in self.viewer.layers:  # (a removed image has its own message)
+            return None
+        shown_image, shown_model = self.form.image_box.currentText(), self.form.model_box.currentText()
+        if shown_image == image.name and shown_model == session.spec.model_id:
+            return None
+        return (
+            f"The panel shows {shown_image or 'no image'} with {shown_model}, but {image.name} is being segmented "
+            f"with {session.spec.model_id}: press Start to segment what the panel shows (mouse and keys rest until then), "
+            "or choose them again."
+        )
+
+    def _choice_changed(self, text: str = "") -> None:
+        """Another image or model chosen in the panel: its preview goes and mouse and keys rest until
+        Start (or until the session's own are chosen again); the status says which."""
+        why = self.out_of_step()
+        if why == self._said_out_of_step:
+            return
+        self._said_out_of_step = why
+        if why is not None:
+            self.session.leave()
+            self.interaction.clear_preview()
+            self.form.set_status(why)
+        elif self.session is not None:
+            self.say_ready(f"{self.session.engine.describe()}: ready.")
+            self.interaction.preview_at_cursor()
 
     def _enable_stack_controls(self, name: str = "") -> None:
         """The stack's buttons only for a layer with planes to go through (3D or more, colour aside)."""
