@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from . import __version__
 from .errors import TritonSamError
 from .registry import MODELS, get_model
 from .repository import default_model_repository, exported_models, locate
@@ -154,6 +155,7 @@ def _add_export_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="triton-sam", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     models = commands.add_parser("models", help="list known models and whether they are exported")

@@ -114,3 +114,14 @@ def test_on_a_large_dask_plane_the_tiles_in_view_are_segmented_at_native_resolut
     assert np.count_nonzero(labelled & truth) >= 0.8 * np.count_nonzero(truth)
     assert np.count_nonzero(labelled & truth) >= 0.9 * np.count_nonzero(labelled)
     widget.close_session()
+
+
+def test_segment_all_that_keeps_no_mask_adds_no_layer_and_says_which_threshold_to_lower(qtbot, viewer, synthetic_repository):
+    viewer.add_image(disk_image(H, W, []))  # nothing bright: the synthetic model finds no object
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    widget.form.points_per_side_spin.setValue(4)
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "found no object" in widget.form.status_label.toolTip(), timeout=60000)
+    assert not _automatic_layers(viewer)
+    assert "Predicted IoU >' (now 0.8)" in widget.form.status_label.toolTip()

@@ -39,6 +39,15 @@ def region_of(image: Image, where: str) -> Region:
     return max(y0, 0), max(x0, 0), min(y1, height), min(x1, width)
 
 
+def nothing_found(options: dict) -> str:
+    """What to change when Segment all kept no mask (no layer is added for none)."""
+    return (
+        "Segment all found no object, so no layer was added: lower 'Predicted IoU >' (now "
+        f"{options['pred_iou_thresh']}) or 'Stability >=' (now {options['stability_score_thresh']}), "
+        "or raise 'Points per side' to prompt smaller objects, and run it again."
+    )
+
+
 def add_automatic_layer(viewer, image: Image, index: tuple[int, ...], region: Region, labels: np.ndarray, record: dict) -> Labels:
     """A Labels layer holding `labels` (the region's objects) where the region lies on plane `index`."""
     y0, x0 = region[:2]
@@ -110,6 +119,10 @@ class AutomaticSegmentation:
 
         def returned(labels: np.ndarray) -> None:
             over.append(True)
+            count = int(labels.max())
+            if count == 0:
+                self._set_status(nothing_found(options))
+                return
             record = {
                 "image": image.name,
                 "plane": list(index),
@@ -119,7 +132,7 @@ class AutomaticSegmentation:
                 "parameters": options,
             }
             layer = add_automatic_layer(viewer, image, index, region, labels, record)
-            self._set_status(f"Segment all: {int(labels.max())} objects in the new layer '{layer.name}'.")
+            self._set_status(f"Segment all: {count} object{'s' if count > 1 else ''} in the new layer '{layer.name}'.")
 
         def failed(error: Exception) -> None:
             over.append(True)
