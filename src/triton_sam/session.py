@@ -393,8 +393,10 @@ class InteractiveSession:
             self._scheduler.clear(prompts=True)
         self._on_preview(None)
 
-    def commit(self, wait_s: float = 30.0) -> Committed | None:
+    def commit(self, wait_s: float = 30.0, refuse: Callable[[Committed], str | None] | None = None) -> Committed | None:
         """Finish the object: its full-size mask and a new id. Waits for its prompt decodes first.
+        `refuse` may name a reason not to (e.g. nothing of it is unlabelled): then an
+        `InvalidInputError` says it and the object, its prompts and the next id stay as they were.
 
         What is stored is a preview's `mask`: the object its prompts make (the hover `hint` is
         not part of it) or, with no prompts, the object under the cursor (once its preview, if
@@ -425,6 +427,9 @@ class InteractiveSession:
                 made_by["tile"] = [tile.y0, tile.x0, tile.y1, tile.x1]
                 made_by["tile_step"] = tile.step
             committed = Committed(plane.key, mask, self.next_object_id, made_by, offset)
+            reason = refuse(committed) if refuse is not None else None
+            if reason:
+                raise InvalidInputError(reason)
             self.next_object_id += 1
             self._objects.pop(plane.key, None)
             self._hover_preview = None

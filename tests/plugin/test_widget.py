@@ -915,6 +915,24 @@ def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so
     widget.close_session()
 
 
+def test_a_commit_on_an_object_labelled_already_is_refused_and_changes_nothing(qtbot, viewer, synthetic_repository):
+    """It said "Object 2: 0 pixels" and used up an id; now it says why and keeps the prompts and the id."""
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    for version in (1, 2):
+        click(viewer, world(image, 80, 80))
+        qtbot.waitUntil(lambda v=version: widget.session.object.decoded_version >= 1, timeout=10000)
+        key(viewer, "commit")
+        if version == 1:
+            qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    qtbot.waitUntil(lambda: "labelled already" in widget.form.status_label.toolTip(), timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    assert widget.session.next_object_id == 2 and set(np.unique(objects.data)) == {0, 1}
+    assert widget.session.object.labels == [1]  # the prompts stay
+    widget.close_session()
+
+
 def _drawn_points(viewer) -> list[tuple[int, int, bool]]:
     """(x, y, positive) of the points the prompts layer draws."""
     points = viewer.layers[layers.PROMPTS_NAME]

@@ -9,6 +9,7 @@ a committed object into the image's objects layer (undoable).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import napari
 import numpy as np
@@ -18,6 +19,13 @@ from ..session import ObjectInProgress, Preview
 from . import layers
 from .encoding import PlaneEncoding
 from .workers import make_worker
+
+
+def _labelled_already(objects, index: tuple[int, ...], committed) -> str | None:
+    """Why `committed` would write nothing into `objects` on plane `index` (labels are never painted over)."""
+    if objects is None or layers.unlabelled(objects, index, committed.mask, committed.offset)[0].size:
+        return None
+    return "Nothing to commit: every pixel of this object is labelled already (labels are never painted over)."
 
 
 class Interaction:
@@ -118,7 +126,8 @@ class Interaction:
         if not self.acts():
             return
         index = self.encoding.index
-        worker = make_worker(self.session.commit)
+        objects = layers.existing_objects_layer(self.viewer, self.image)
+        worker = make_worker(self.session.commit, refuse=partial(_labelled_already, objects, index))
         worker.returned.connect(lambda committed: self._write(committed, index))
         worker.errored.connect(self._failed)
         worker.start()

@@ -403,6 +403,14 @@ def _union(a: tuple[int, int, int, int] | None, b: tuple[int, int, int, int] | N
     return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
+def unlabelled(layer: Labels, index: tuple[int, ...], mask: np.ndarray, offset: Offset = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns (in `mask`) of the pixels of `mask`, placed at `offset` on plane `index`,
+    that `layer` has no label at yet."""
+    (y, x), (h, w) = offset, mask.shape
+    region = np.asarray(layer.data[(*index, slice(y, y + h), slice(x, x + w))])
+    return np.nonzero(mask & (region == 0))
+
+
 def write_object(
     layer: Labels, index: tuple[int, ...], mask: np.ndarray, object_id: int, provenance: dict, offset: Offset = (0, 0)
 ) -> int:
@@ -414,9 +422,8 @@ def write_object(
     """
     if object_id > np.iinfo(layer.data.dtype).max:
         layer.data = layer.data.astype(np.uint32)  # ids outgrew the layer's type (see `objects_layer`)
-    (y, x), (h, w) = offset, mask.shape
-    region = np.asarray(layer.data[(*index, slice(y, y + h), slice(x, x + w))])
-    ys, xs = np.nonzero(mask & (region == 0))
+    ys, xs = unlabelled(layer, index, mask, offset)
+    y, x = offset
     if ys.size:
         indices = tuple(np.full(ys.size, i) for i in index) + (ys + y, xs + x)
         layer.data_setitem(indices, object_id)
