@@ -11,6 +11,7 @@ import pytest
 from synthetic import ReadLog, SlowReads, disk_image, slow_encodes
 from triton_sam import Predictor
 from triton_sam.engines import create_engine
+from triton_sam.errors import TritonSamError
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.session import InteractiveSession
@@ -225,7 +226,9 @@ def test_a_click_whose_decode_failed_is_decoded_again_at_the_next_move(session, 
 
     monkeypatch.setattr(session.engine, "decode", flaky_decode)
     session.add_point(300, 150)
-    assert session.commit() is None and session.prompts.points == [(300.0, 150.0)]  # no mask, the click is kept
+    with pytest.raises(TritonSamError, match="prompts are kept"):  # it said "Nothing to commit"
+        session.commit()
+    assert session.prompts.points == [(300.0, 150.0)] and session.next_object_id == 1  # the click is kept
     failing.clear()
     session.hover(100, 200)
     session.previews.wait_for(lambda p: p is not None and p.candidate is not None and p.mask[150, 300])

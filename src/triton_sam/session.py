@@ -37,7 +37,7 @@ from functools import partial
 import numpy as np
 
 from .engines import CancelToken, Engine
-from .errors import InvalidInputError
+from .errors import InvalidInputError, TritonSamError
 from .features import FeatureCache
 from .image import ContrastLimits
 from .objects import Committed, ObjectInProgress, Offset, Preview
@@ -45,6 +45,11 @@ from .planes import Plane, cache_plane, cache_planes
 from .prompts import Point, Prompts
 from .speculative import DecodeScheduler, Delivery, SchedulerStats
 from .tiles import Tile, needs_tiling
+
+UNDECODED = (
+    "The object's prompts are not decoded (the engine failed: is the server answering?). Your prompts are kept: "
+    "commit again once their preview shows."
+)
 
 __all__ = ["Committed", "InteractiveSession", "ObjectInProgress", "Offset", "Preview"]  # the values live in `objects`
 
@@ -417,6 +422,8 @@ class InteractiveSession:
             elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
                 shown = self._hover_preview
                 made_by = self.provenance(Prompts().with_point(shown.point), candidate=None)
+            elif not obj.empty and obj.pending == 0:  # its last decode failed (the engine said why)
+                raise TritonSamError(UNDECODED)
             else:
                 return None
             mask, offset = self._full_resolution(shown)

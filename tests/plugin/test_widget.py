@@ -625,7 +625,7 @@ def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(qtb
     qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(
         lambda: (
-            "accelerator fell over" in widget.form.status_label.text() or "Nothing to commit" in widget.form.status_label.text()
+            "accelerator fell over" in widget.form.status_label.toolTip() or "prompts are kept" in widget.form.status_label.toolTip()
         ),
         timeout=10000,
     )
