@@ -15,6 +15,7 @@ import napari
 import numpy as np
 from superqt.utils import ensure_main_thread
 
+from ..errors import TritonSamError
 from ..session import ObjectInProgress, Preview
 from . import layers
 from .encoding import PlaneEncoding
@@ -81,11 +82,20 @@ class Interaction:
         self.session.hover(x, y)
 
     def add_point(self, x: float, y: float, positive: bool) -> None:
-        self.session.add_point(x, y, positive=positive)
-        self.draw_prompts()
+        self._prompt(self.session.add_point, x, y, positive=positive)
 
     def set_box(self, x0: float, y0: float, x1: float, y1: float) -> None:
-        self.session.set_box(x0, y0, x1, y1)
+        self._prompt(self.session.set_box, x0, y0, x1, y1)
+
+    def _prompt(self, give: Callable, *args, **kwargs) -> None:
+        """Give the session a prompt; one it refuses (off the plane, no tile of a large plane holds the
+        object's prompts) leaves the object as it was and says why in the panel, never as a traceback
+        out of napari's mouse callback."""
+        try:
+            give(*args, **kwargs)
+        except TritonSamError as error:
+            self._failed(error)
+            return
         self.draw_prompts()
 
     def show_box(self, box: tuple[float, float, float, float]) -> None:
