@@ -4,13 +4,14 @@ new Labels layer, from the panel's engine and its cache of encoded planes.
 The generator runs in a napari thread worker with a napari progress bar over its decoder
 batches; stopping cancels between batches (and the running call). The layer is made only when
 the run has finished, so a stopped run leaves nothing behind, and the objects layer is never
-touched. The new layer covers just the region segmented, placed on its plane.
+touched. The new layer covers just the region segmented, placed on its plane. A large plane is
+segmented where the view is, tile by tile at native resolution. `AutomaticSegmentation.toggle` is
+the Segment all button: it reads the panel's choices and says why a run cannot start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import napari
 import numpy as np
 from napari.layers import Image, Labels
 from napari.utils import progress
@@ -20,8 +21,10 @@ from ..automatic import AutomaticMaskGenerator, label_image
 from ..engines import CancelToken, Engine
 from ..errors import DecodeCancelled
 from ..features import FeatureCache
-from ..tiles import Tile
+from ..tiles import Tile, tile_grid, view_order
 from . import layers
+from .encoding import MAX_VIEW_TILES, PlaneEncoding
+from .form import SettingsForm
 from .workers import make_worker
 
 AUTOMATIC_SUFFIX = " [triton-sam automatic]"
@@ -66,11 +69,15 @@ def add_automatic_layer(viewer, image: Image, index: tuple[int, ...], region: Re
 
 
 class AutomaticSegmentation:
-    """Runs Segment all for the widget, one run at a time; `stop` cancels the running one."""
+    """Runs Segment all for the widget, one run at a time; `stop` cancels the running one.
 
-    def __init__(self, set_status: Callable[[str], None], on_finished: Callable[[], None]) -> None:
-        self._set_status = set_status
-        self._on_finished = on_finished
+    `toggle` (the Segment all button) starts one from the panel's session, plane on screen and
+    choices in `form`.
+    """
+
+    def __init__(self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm) -> None:
+        self._viewer, self._encoding, self._form = viewer, encoding, form
+        self._set_status = form.set_status
         self._cancel: CancelToken | None = None
         self._stopped_because: str | None = None
 
@@ -78,9 +85,33 @@ class AutomaticSegmentation:
     def running(self) -> bool:
         return self._cancel is not None
 
+    def toggle(self) -> None:
+        """Segment everything on the plane on screen (or in the view) into a new labels layer;
+        pressed again, stop."""
+        if self.running:
+            self.stop()
+            return
+        encoding, form = self._encoding, self._form
+        if not encoding.ready:
+            self._set_status("Press Start and wait for the plane to be encoded first.")
+            return
+        where, tiles = form.chosen_region(), None
+        if encoding.tiled:  # the tiles in view, each at native resolution
+            native = tile_grid(layers.plane_shape(encoding.image), encoding.session.spec.input_size)
+            tiles, _ = view_order(native, Tile(*layers.visible_region(encoding.image)), around=0)
+            if where != VIEW or len(tiles) > MAX_VIEW_TILES:
+                self._set_status(
+                    f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
+                    f"show (now {len(tiles)}); each is segmented at native resolution."
+                )
+                return
+        session = encoding.session
+        self.start(encoding.image, encoding.index, where, session.engine, session.cache, form.automatic_options(), tiles)
+        if self.running:
+            form.segment_all_button.setText("Stop segmenting")
+
     def start(
         self,
-        viewer,
         image: Image,
         index: tuple[int, ...],
         where: str,
@@ -131,7 +162,7 @@ class AutomaticSegmentation:
                 "model": engine.spec.model_id,
                 "parameters": options,
             }
-            layer = add_automatic_layer(viewer, image, index, region, labels, record)
+            layer = add_automatic_layer(self._viewer, image, index, region, labels, record)
             self._set_status(f"Segment all: {count} object{'s' if count > 1 else ''} in the new layer '{layer.name}'.")
 
         def failed(error: Exception) -> None:
@@ -146,7 +177,7 @@ class AutomaticSegmentation:
             over.append(True)
             bar.close()
             self._cancel = self._stopped_because = None
-            self._on_finished()
+            self._form.segment_all_button.setText("Segment all")
 
         worker = make_worker(run)
         worker.returned.connect(returned)

@@ -4,7 +4,8 @@ Tracking runs in a napari thread worker (`video.propagate_masks`); each plane's 
 into the objects layer on the GUI thread as it comes, whole (a cancelled run stops between
 planes), never over a label not tracked. One run is one undo step on the objects layer. Each set
 of labels tracked together keeps its own tracking state, so earlier prompts (corrections
-included) guide the next run.
+included) guide the next run. `LabelPropagation.toggle` is the Propagate button: it reads the
+panel's choices and says why a run cannot start.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+import napari
 import numpy as np
 from napari.layers import Image, Labels
 
@@ -22,6 +24,8 @@ from ..registry import ModelSpec
 from ..video import VolumePredictor, VolumeState
 from ..video.propagation import BACKWARDS, FORWARDS, propagate_masks
 from . import layers
+from .encoding import PlaneEncoding
+from .form import SettingsForm
 from .workers import make_worker
 
 
@@ -42,10 +46,17 @@ def stack_data(image: Image, index: tuple[int, ...], axis: int):
 
 
 class LabelPropagation:
-    """Runs propagations for the widget, one at a time; `stop` ends the running one between planes."""
+    """Runs propagations for the widget, one at a time; `stop` ends the running one between planes.
 
-    def __init__(self, set_status: Callable[[str], None], on_finished: Callable[[], None]) -> None:
-        self._set_status = set_status
+    `toggle` (the Propagate button) starts one from the panel's session, plane on screen and
+    choices in `form`; `on_finished` is told when a run has ended (its button says so already).
+    """
+
+    def __init__(
+        self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm, *, on_finished: Callable[[], None]
+    ) -> None:
+        self._viewer, self._encoding, self._form = viewer, encoding, form
+        self._set_status = form.set_status
         self._on_finished = on_finished
         self._predictor: VolumePredictor | None = None
         self._predictor_for: tuple | None = None
@@ -59,6 +70,58 @@ class LabelPropagation:
     @property
     def running(self) -> bool:
         return self._worker is not None
+
+    def toggle(self) -> None:
+        """Track the objects layer's selected label (or every label on the plane on screen) from
+        the plane on screen through the stack; pressed again, stop (between planes)."""
+        if self.running:
+            self.stop()
+            return
+        encoding, form = self._encoding, self._form
+        objects = layers.existing_objects_layer(self._viewer, encoding.image) if encoding.ready else None
+        labels = self._labels_to_propagate(objects) if objects is not None else []
+        problem = self._problem(labels)
+        if problem:
+            self._set_status(problem)
+            return
+        self.start(
+            encoding.image,
+            objects,
+            encoding.index,
+            self._axis(),
+            labels,
+            form.chosen_direction(),
+            form.chosen_max_planes(),
+            (form.chosen_model(), form.chosen_repository()),
+            encoding.session.cache,  # the planes the panel encoded, on its engine (local or Triton)
+        )
+        form.propagate_button.setText("Stop propagating")
+
+    def _axis(self) -> int | None:
+        """The axis of the panel's image that the sliders step along (None for a single plane)."""
+        return stack_axis(self._encoding.image, self._viewer.dims.last_used, self._viewer.dims.ndim)
+
+    def _problem(self, labels: list[int]) -> str | None:
+        """Why Propagate cannot run now with `labels`, or None."""
+        if not self._encoding.ready:
+            return "Press Start and wait for the plane to be encoded first."
+        if self._axis() is None:
+            return "Propagate needs a stack of planes (a 3D or higher image layer)."
+        if not labels and self._form.propagates_all():
+            return "Commit objects on this plane to propagate them."
+        if not labels:
+            return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
+        if self._form.chosen_model().family != "sam2":
+            return "Propagation through planes needs a SAM2.1 model."
+        return None
+
+    def _labels_to_propagate(self, objects: Labels) -> list[int]:
+        """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
+        plane = np.asarray(objects.data[self._encoding.index])
+        if self._form.propagates_all():
+            return [int(label) for label in np.unique(plane) if label != 0]
+        selected = int(objects.selected_label)
+        return [selected] if selected != 0 and np.any(plane == selected) else []
 
     def start(
         self,
@@ -124,6 +187,7 @@ class LabelPropagation:
                     f"{what.capitalize()} propagated to {len(done)} planes{why} (Ctrl+Z on the objects layer undoes it)."
                 )
             self._image = self._stopped_because = None
+            self._form.propagate_button.setText("Propagate label")
             self._on_finished()
 
         def error(exception: Exception) -> None:

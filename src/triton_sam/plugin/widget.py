@@ -26,13 +26,12 @@ from ..errors import InvalidInputError
 from ..features import FeatureCache, default_disk_dir
 from ..registry import MODELS
 from ..session import InteractiveSession
-from ..tiles import Tile, tile_grid, view_order
 from . import bindings, layers
-from .automatic import VIEW, AutomaticSegmentation
-from .encoding import MAX_VIEW_TILES, PlaneEncoding
+from .automatic import AutomaticSegmentation
+from .encoding import PlaneEncoding
 from .form import SettingsForm
 from .interaction import Interaction
-from .propagation import LabelPropagation, stack_axis
+from .propagation import LabelPropagation
 from .workers import make_worker
 
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
@@ -43,8 +42,8 @@ class TritonSamWidget(QWidget):
     """Dock widget: choose backend, server and model; hover to preview, click to prompt, keys to commit.
 
     It holds its form (`form`) and its controllers (`encoding`, `interaction`, Propagate and
-    Segment all); this class is the lifecycle: engine, session, the buttons' runs, and letting go
-    of all of it when the panel closes.
+    Segment all, whose buttons they answer); this class is the lifecycle: engine, session, Start
+    and Encode all planes, and letting go of all of it when the panel closes.
     """
 
     # Emitted with the `Preview` just written to the preview layer (benchmarks time event -> screen).
@@ -83,15 +82,20 @@ class TritonSamWidget(QWidget):
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
         self._key_actions: dict[str, object] = {}
-        self._propagation = LabelPropagation(self.form.set_status, self._propagation_finished)
-        self._automatic = AutomaticSegmentation(self.form.set_status, lambda: self.form.segment_all_button.setText("Segment all"))
+        self._propagation = LabelPropagation(
+            napari_viewer,
+            self.encoding,
+            self.form,
+            on_finished=lambda: self._enable_stack_controls(self.form.image_box.currentText()),
+        )
+        self._automatic = AutomaticSegmentation(napari_viewer, self.encoding, self.form)
         self._on_move = partial(bindings.hover, self.interaction)
         self._on_press = partial(bindings.press, self.interaction)
         self.form.find_models_button.clicked.connect(self.find_models)
         self.form.start_button.clicked.connect(self.connect_engine)
         self.form.encode_all_button.clicked.connect(self.toggle_encode_all)
-        self.form.propagate_button.clicked.connect(self.toggle_propagate)
-        self.form.segment_all_button.clicked.connect(self.toggle_segment_all)
+        self.form.propagate_button.clicked.connect(self._propagation.toggle)
+        self.form.segment_all_button.clicked.connect(self._automatic.toggle)
         self.form.interaction_check.toggled.connect(self._on_enabled)
         self.form.image_box.currentTextChanged.connect(self._enable_stack_controls)
         self.form.image_box.currentTextChanged.connect(self._choice_changed)
@@ -323,91 +327,6 @@ class TritonSamWidget(QWidget):
     def _encode_all_finished(self) -> None:
         self.form.encode_all_button.setText("Encode all planes")
         self._enable_stack_controls(self.form.image_box.currentText())
-
-    def _propagation_finished(self) -> None:
-        self.form.propagate_button.setText("Propagate label")
-        self._enable_stack_controls(self.form.image_box.currentText())
-
-    def toggle_propagate(self) -> None:
-        """Track the objects layer's selected label (or every label on the plane on screen) from
-        the plane on screen through the stack; pressed again, stop (between planes)."""
-        if self._propagation.running:
-            self._propagation.stop()
-            return
-        objects = layers.existing_objects_layer(self.viewer, self.image) if self.ready else None
-        labels = self._labels_to_propagate(objects) if objects is not None else []
-        problem = self._propagation_problem(labels)
-        if problem:
-            self.form.set_status(problem)
-            return
-        axis = stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim)
-        self._propagation.start(
-            self.image,
-            objects,
-            self.encoding.index,
-            axis,
-            labels,
-            self.form.chosen_direction(),
-            self.form.chosen_max_planes(),
-            (self.form.chosen_model(), self.form.chosen_repository()),
-            self.session.cache,  # the planes the panel encoded, on its engine (local or Triton)
-        )
-        self.form.propagate_button.setText("Stop propagating")
-
-    def _propagation_problem(self, labels: list[int]) -> str | None:
-        """Why Propagate cannot run now with `labels`, or None."""
-        if not self.ready:
-            return "Press Start and wait for the plane to be encoded first."
-        if stack_axis(self.image, self.viewer.dims.last_used, self.viewer.dims.ndim) is None:
-            return "Propagate needs a stack of planes (a 3D or higher image layer)."
-        if not labels and self.form.propagates_all():
-            return "Commit objects on this plane to propagate them."
-        if not labels:
-            return "Commit an object on this plane (or select a label present on it in the objects layer) to propagate it."
-        if self.form.chosen_model().family != "sam2":
-            return "Propagation through planes needs a SAM2.1 model."
-        return None
-
-    def _labels_to_propagate(self, objects) -> list[int]:
-        """The labels Propagate tracks: every label on the plane on screen, or the selected one if it is there."""
-        plane = np.asarray(objects.data[self.encoding.index])
-        if self.form.propagates_all():
-            return [int(label) for label in np.unique(plane) if label != 0]
-        selected = int(objects.selected_label)
-        return [selected] if selected != 0 and np.any(plane == selected) else []
-
-    def toggle_segment_all(self) -> None:
-        """Segment everything on the plane on screen (or in the view) into a new labels layer;
-        pressed again, stop."""
-        if self._automatic.running:
-            self._automatic.stop()
-            return
-        if not self.ready:
-            self.form.set_status("Press Start and wait for the plane to be encoded first.")
-            return
-        where, tiles = self.form.chosen_region(), None
-        if self.tiled:  # the tiles in view, each at native resolution
-            native = tile_grid(layers.plane_shape(self.image), self.session.spec.input_size)
-            tiles, _ = view_order(native, Tile(*layers.visible_region(self.image)), around=0)
-            if where != VIEW or len(tiles) > MAX_VIEW_TILES:
-                self.form.set_status(
-                    f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
-                    f"show (now {len(tiles)}); each is segmented at native resolution."
-                )
-                return
-        session = self.session
-        self._automatic.start(
-            self.viewer,
-            self.image,
-            self.encoding.index,
-            where,
-            session.engine,
-            session.cache,
-            self.form.automatic_options(),
-            tiles,
-        )
-        if self._automatic.running:
-            self.form.segment_all_button.setText("Stop segmenting")
 
     @property
     def ready(self) -> bool:
