@@ -1,0 +1,119 @@
+"""The report's GPU section, from a directory of `benchmarks/bench-gpu.sh` results: the local engine
+against the official predictor, their agreement, hover, where `predict`'s time goes, and the
+suite's benchmarks run through Triton there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .sections import SECTIONS
+from .tables import markdown_table, ms, verdict
+
+
+def _gpu_predictor(runs: dict[str, dict]) -> str:
+    rows = []
+    for r in runs.values():
+        model = f"{r['model']} ({r['encoder_precision']} encoder)"
+        for step, goal, reference in (("encode", "<= bf16", "ref_bf16"), ("decode", "<= 0.5x fp32", "ref")):
+            ratio = r[f"ours_{step}"]["median_ms"] / r[f"{reference}_{step}"]["median_ms"]
+            outcome = verdict(ratio, 1.0 if step == "encode" else 0.5)
+            rows.append(
+                [
+                    model,
+                    "`set_image`" if step == "encode" else "`predict`",
+                    ms(r[f"ref_{step}"]["median_ms"]),
+                    ms(r[f"ref_bf16_{step}"]["median_ms"]),
+                    ms(r[f"ours_{step}"]["median_ms"]),
+                    f"{ratio:.2f}",
+                    goal,
+                    outcome,
+                ]
+            )
+    return markdown_table(
+        ["model", "call", "official fp32", "official bf16", "ours", "ours / goal's reference", "goal", ""], rows
+    )
+
+
+def _gpu_parity(runs: dict[str, dict]) -> str:
+    rows = []
+    for r in runs.values():
+        images = {k: v for k, v in r.items() if isinstance(v, dict)}
+        for candidate, label in (
+            ("ours", f"ours, {r['encoder_precision']} encoder"),
+            ("official_bf16", "official, bf16 autocast"),
+        ):
+            if candidate == "official_bf16" and r["encoder_precision"] != "fp32":
+                continue  # the same official run as next to the fp32 export
+            worst = min(images.values(), key=lambda v: v[candidate]["min_iou"])[candidate]
+            rows.append(
+                [
+                    r["model"],
+                    label,
+                    f"{worst['min_iou']:.4f}",
+                    f"{min(v[candidate]['median_iou'] for v in images.values()):.4f}",
+                    f"{max(v[candidate]['max_score_diff'] for v in images.values()):.1e}",
+                    str(sum(v[candidate]["masks"] for v in images.values())),
+                ]
+            )
+    return markdown_table(["model", "masks from", "min IoU", "lowest median IoU", "max score diff", "masks"], rows)
+
+
+def gpu_section(directory: Path) -> str:
+    """The GPU section from a directory of `benchmarks/bench-gpu.sh` results and its machine.json."""
+    about = json.loads((directory / "machine.json").read_text())
+    load = {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json")) if p.name != "machine.json"}
+    predictor = {k: v for k, v in load.items() if k.startswith("predictor-")}
+    parity = {k: v for k, v in load.items() if k.startswith("parity-")}
+    text = [
+        f"## GPU\n\nMeasured on: {about['machine']}. Command: `{about['command']}`; 977x1531 RGB, one point, multimask; "
+        "the official predictor runs on the same GPU, calls alternate.\n",
+        "### Local engine vs the official predictor\n\n" + _gpu_predictor(predictor),
+        "### Agreement with the official float32 predictor on the GPU (parity images and prompts)\n\n" + _gpu_parity(parity),
+    ]
+    hover = load.get("hover-local", {}).get("local")
+    if hover:
+        ours, single, trace = hover["ours"]["latency_ms"], hover["single_decode"], load["hover-local"]
+        text.append(
+            "### Hover, local engine on the GPU\n\n"
+            f"One preview decode (mask at full size) {single['median_ms']:.1f} ms median; our session on the "
+            f"{trace['duration_s']:.0f} s, {trace['rate_hz']:.0f} Hz trace: event to mask "
+            f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n"
+        )
+    probe = load.get("decoder-probe")
+    if probe:
+        text.append(_decoder_probe(probe))
+    suite = load.get("suite-triton-results", {}).get("results", {})  # `bench all` through Triton on the GPU
+    for name, (title, section) in SECTIONS.items():
+        if name in suite:
+            text.append(f"### On the GPU: {title}\n\n{section(suite[name])}")
+    text.append("### Not measured\n\n" + "\n".join(f"- {line}" for line in about["not_measured"]) + "\n")
+    return "\n".join(text)
+
+
+PROBED = {
+    "predict": "`Predictor.predict` as it is",
+    "decode": "its decoder run alone (dynamic shapes)",
+    "resize": "its mask resize alone (three masks)",
+    "static": "the decoder with batch and point count fixed",
+    "graph": "that, replayed as a CUDA graph",
+}
+
+
+def _decoder_probe(probe: dict) -> str:
+    """`python -m benchmarks.gpu_decoder_probe`: where a one-point predict's time goes, and shorter decoder paths."""
+    rows = [
+        [PROBED.get(name, name), ms(median), ms(probe["p95_ms"][name]), _diff(probe["max_abs_logit_diff_vs_decode"].get(name))]
+        for name, median in probe["median_ms"].items()
+    ]
+    rows += [[PROBED.get(name, name), "could not run", why, ""] for name, why in probe["not_run"].items()]
+    header = ["one point, multimask", "median ms", "p95 ms", "max logit diff vs the decoder"]
+    return (
+        f"### Where `predict`'s time goes ({probe['model']}, {probe['provider']}; `python -m benchmarks.gpu_decoder_probe`)\n\n"
+        + markdown_table(header, rows)
+    )
+
+
+def _diff(value: float | None) -> str:
+    return "" if value is None else f"{value:.1e}"
