@@ -1,4 +1,4 @@
-"""16 annotators hovering at once on one local Triton server for a minute (synthetic model).
+"""16 annotators hovering at once on one local Triton server for 24 s (synthetic model).
 
 The server keeps fewer images than there are annotators, so embeddings are evicted all along and
 must be recovered from; errors, memory, threads and connections are checked at the end.
@@ -22,7 +22,7 @@ from triton_sam.session import InteractiveSession
 
 TINY = get_model("sam2.1_hiera_tiny")
 SESSIONS = 16
-LOAD_S = 60.0
+LOAD_S = 24.0  # long enough for evictions and a memory trend; a minute took 61 s of CI
 H, W = 300, 400
 
 
@@ -44,7 +44,7 @@ def _threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if not t.name.startswith("triton-sam-upsample")}
 
 
-def test_sixteen_sessions_hover_for_a_minute_without_errors_or_leaks(evicting_server):
+def test_sixteen_sessions_hover_without_errors_or_leaks(evicting_server):
     me, server_process = psutil.Process(), psutil.Process(evicting_server.pid)
     assert not any(evicting_server.session_requests(TINY.session_name).values())  # metrics answer before the load
     threads_before = _threads()
@@ -62,7 +62,7 @@ def test_sixteen_sessions_hover_for_a_minute_without_errors_or_leaks(evicting_se
     def sample() -> None:
         while replaying:
             memory.append((_rss_mib(me), _rss_mib(server_process)))
-            time.sleep(5)
+            time.sleep(2)
 
     replaying = True
     sampler = threading.Thread(target=sample)
