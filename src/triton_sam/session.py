@@ -12,17 +12,11 @@ on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves n
   low-res logits; 3 candidates, best score first, `cycle_candidate` goes through them.
 - `undo`, `discard`, `commit` (full-resolution mask plus a new object id). Each plane of a stack
   has its own embedding (cached by content) and its own object in progress.
-- Large planes (see `planes`, `tiles`) are covered by tiles at native resolution, encoded on request
-  (`encode_tiles`, the tiles in view first) rather than by `set_plane`; each decode uses the tile
-  that holds its prompts best, and masks come as that tile's crop with its `offset` on the plane.
-  The cursor over a tile not encoded yet gets no preview; a click there encodes its tile. While a
-  tile (or, encoding a stack ahead, a plane) is encoded, the next one is read (slow storage need
-  not wait for the encoder).
-  Zoomed out, the caller asks for coarser tiles (`set_tile_step`): previews then come at the
-  tiles' reduced resolution and `commit` stores the object at full resolution.
+- Large planes (`planes`, `tiles`) are covered by tiles encoded on request (`encode_tiles`), not by
+  `set_plane`; the cursor over a tile not encoded yet gets no preview, a click there encodes it.
+  Zoomed out (`set_tile_step`), previews come coarser and `commit` stores full resolution.
 
-A decode's prompts are one `Prompts` value in plane pixels: the object's, with the cursor for a
-hover; the plane picks its tile (`Plane.tile_for`), and they go in that tile's pixels to the request.
+Decodes go through an `ObjectDecoder` (`object_decoding`): the tile, the masks, what `commit` stores.
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ from .engines import CancelToken, Engine
 from .errors import InvalidInputError, TritonSamError
 from .features import FeatureCache
 from .image import ContrastLimits
+from .object_decoding import ObjectDecoder, decoding_tile
 from .objects import Committed, ObjectInProgress, Offset, Preview
 from .planes import Plane, cache_plane, cache_planes
 from .prompts import Point, Prompts
@@ -78,7 +73,7 @@ class InteractiveSession:
         self.spec = engine.spec
         self.cache = cache or FeatureCache(engine)
         self.min_move_px = min_move_px
-        self.mask_threshold = mask_threshold
+        self.decoder = ObjectDecoder(engine, mask_threshold)
         self.next_object_id = 1
         self._on_preview = on_preview
         self._lock = threading.Condition()
@@ -300,7 +295,7 @@ class InteractiveSession:
     def _hover_tile(self, plane: Plane, prompts: Prompts, xy: Point) -> Tile | None:
         """The encoded tile that decodes a hover's `prompts`; None when no tile holds them or none
         that does is encoded yet: then the cursor at `xy` waits for its tile. Lock held."""
-        tile = self._tile_for(plane, prompts, encoded_only=True)
+        tile = decoding_tile(plane, prompts, encoded_only=True)
         self._waiting_hover = xy if tile is None else None
         if tile is None:
             self._last_hover = None  # the next move decodes, if its tile is ready by then
@@ -310,20 +305,18 @@ class InteractiveSession:
     def _decode_hover(
         self, plane: Plane, obj: ObjectInProgress | None, tile: Tile, prompts: Prompts, mask_input, token: CancelToken
     ) -> Preview | None:
-        """Decode a hover, `prompts` ending with the cursor (on a worker thread): as a click there
-        would be, the candidate it will choose, refining the object's mask (`mask_input`); with an
-        object in progress (`obj`), the object's preview with the cursor's mask as its hint."""
-        low_res, scores = self._decode_low_res(plane, tile, prompts, token, mask_input, preview=True)
-        mask, xy = self._image_masks(low_res, tile)[0], prompts.points[-1]
+        """Decode a hover (on a worker thread, `ObjectDecoder.hover`); with an object in progress
+        (`obj`), the preview is the object's, the cursor's mask its hint."""
+        hovered = self.decoder.hover(plane, tile, prompts, token, mask_input)
         if obj is None:
-            return Preview(plane.key, mask, float(scores[0]), point=xy, offset=tile.offset, tile=tile, low_res=low_res[0])
+            return hovered
         with self._lock:
             if self._objects.get(plane.key) is not obj:
                 return None  # committed or discarded meanwhile
-            shown = self._object_preview(plane, obj)
+            shown = obj.preview(plane)
             if shown.step != tile.step:  # the object is being decoded again with the tiles of now
                 return shown
-            return replace(shown, hint=mask, point=xy, hint_offset=tile.offset)
+            return replace(shown, hint=hovered.mask, point=hovered.point, hint_offset=tile.offset)
 
     def leave(self) -> None:
         """The cursor left the image: stop hover work and show what is left without it, the object
@@ -331,7 +324,7 @@ class InteractiveSession:
         with self._lock:
             self._waiting_hover = None
             plane, obj = self._plane, self.object
-            left = self._object_preview(plane, obj) if plane is not None and not obj.empty else None
+            left = obj.preview(plane) if plane is not None and not obj.empty else None
         self._clear_hover(left)
 
     def _clear_hover(self, shown: Preview | None = None) -> None:
@@ -385,8 +378,8 @@ class InteractiveSession:
             obj, plane = self.object, self._plane
             if obj.low_res is None or plane is None:
                 return None
-            self._choose(obj, (obj.chosen + 1) % len(obj.low_res))
-            preview = self._object_preview(plane, obj)
+            obj.choose((obj.chosen + 1) % len(obj.low_res), self.decoder.masks)
+            preview = obj.preview(plane)
         self._on_preview(preview)
         return preview
 
@@ -417,23 +410,17 @@ class InteractiveSession:
                 return None
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
             if not obj.empty and obj.mask is not None and obj.decoded_version == obj.version:
-                shown = self._object_preview(plane, obj)
-                made_by = self.provenance(obj.prompts, candidate=obj.chosen)
+                shown, prompts, candidate = obj.preview(plane), obj.prompts, obj.chosen
             elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
                 shown = self._hover_preview
-                made_by = self.provenance(Prompts().with_point(shown.point), candidate=None)
+                prompts, candidate = Prompts().with_point(shown.point), None
             elif not obj.empty and obj.pending == 0:  # its last decode failed (the engine said why)
                 raise TritonSamError(UNDECODED)
             else:
                 return None
-            mask, offset = self._full_resolution(shown)
-            if not mask.any():
+            committed = self.decoder.committed(plane, shown, prompts, candidate, self.next_object_id)
+            if not committed.mask.any():
                 return None
-            if plane.tiled:
-                tile = shown.tile
-                made_by["tile"] = [tile.y0, tile.x0, tile.y1, tile.x1]
-                made_by["tile_step"] = tile.step
-            committed = Committed(plane.key, mask, self.next_object_id, made_by, offset)
             reason = refuse(committed) if refuse is not None else None
             if reason:
                 raise InvalidInputError(reason)
@@ -470,27 +457,13 @@ class InteractiveSession:
         """Whether a newer hover was asked for after the one `preview` answers."""
         return preview.seq < self._scheduler.latest_hover_seq
 
-    def provenance(self, prompts: Prompts, candidate: int | None) -> dict:
-        """What reproduces an object: its prompts in image pixels (x, y), the candidate chosen
-        (None: the single mask SAM picks), the model and its weights, the mask threshold; on a
-        tiled plane `commit` adds the tile decoded (rows y0, columns x0, y1, x1) and its step."""
-        return {
-            "points": [list(p) for p in prompts.points],
-            "labels": list(prompts.labels),
-            "box": list(prompts.box) if prompts.box is not None else None,
-            "candidate": candidate,
-            "model_id": self.spec.model_id,
-            "weights_id": self.engine.weights_id,
-            "mask_threshold": self.mask_threshold,
-        }
-
     # --- internals ----------------------------------------------------------------------------
 
     def _submit_prompt(self, t_event: float | None) -> int:
         """Queue a decode of the object's prompts as they are now (call with the lock held)."""
         plane, obj = self._plane, self.object
         prompts = obj.prompts
-        tile = self._tile_for(plane, prompts)
+        tile = decoding_tile(plane, prompts)
         mask_input = obj.mask_input(tile, self.spec)
         obj.version += 1
         version = obj.version
@@ -498,47 +471,18 @@ class InteractiveSession:
 
         def run(token: CancelToken) -> Preview:
             try:
-                low_res, scores = self._decode_low_res(plane, tile, prompts, token, mask_input)
+                low_res, scores = self.decoder.low_res(plane, tile, prompts, token, mask_input)
                 with self._lock:
                     if obj.version != version:  # a newer prompt will store its own result
-                        return self._object_preview(plane, obj) if obj.mask is not None else None
-                    obj.low_res, obj.scores, obj.tile = low_res, scores, tile
-                    self._choose(obj, int(np.argmax(scores)))
-                    obj.decoded_version, obj.content = version, plane.content
-                    return self._object_preview(plane, obj)
+                        return obj.preview(plane) if obj.mask is not None else None
+                    obj.store(version, low_res, scores, tile, plane.content, self.decoder.masks)
+                    return obj.preview(plane)
             finally:
                 with self._lock:
                     obj.pending -= 1
                     self._lock.notify_all()
 
         return self._scheduler.prompt(run, t_event)
-
-    def _choose(self, obj: ObjectInProgress, candidate: int) -> None:
-        """Make `candidate` the object's mask (call with the lock held)."""
-        obj.chosen = candidate
-        obj.mask = self._image_masks(obj.low_res[candidate][None], obj.tile)[0]
-
-    def _object_preview(self, plane: Plane, obj: ObjectInProgress) -> Preview:
-        """The object as its prompts make it (empty while its first decode runs; lock held)."""
-        return obj.preview(plane.key, plane.tiles[0])
-
-    def _full_resolution(self, shown: Preview) -> tuple[np.ndarray, Offset]:
-        """A preview's mask at full resolution and its offset: as shown, unless its tile is coarse;
-        then upsampled from its logits around the object only (see `MaskResizer.object_mask`)."""
-        if shown.step == 1:
-            return shown.mask, shown.offset
-        mask, (y, x) = self.engine.resizer.object_mask(shown.low_res, shown.tile.shape, self.mask_threshold)
-        return mask, (shown.offset[0] + y, shown.offset[1] + x)
-
-    def _tile_for(self, plane: Plane, prompts: Prompts, encoded_only: bool = False) -> Tile | None:
-        """The tile that decodes `prompts` (`encoded_only`: the best of those encoded, for a preview
-        that need not wait); None when no such tile holds them all."""
-        if not plane.tiled:
-            return plane.tiles[0]
-        try:
-            return plane.tile_for(prompts, encoded_only)
-        except InvalidInputError:
-            return None
 
     def _hover_again_if_waiting(self, plane: Plane, tile: Tile) -> None:
         """A tile was encoded: if the cursor rests on it waiting for a preview, ask again."""
@@ -554,22 +498,6 @@ class InteractiveSession:
         if self._plane is not None and self._plane.tiled:
             self._plane.tile_for(prompts)
         return prompts
-
-    def _decode_low_res(
-        self, plane: Plane, tile: Tile, prompts: Prompts, token: CancelToken, mask_input: np.ndarray | None, preview: bool = False
-    ):
-        """Low-res logits and scores of the first prompt set: a click's three candidates, or a hover
-        `preview`'s one mask, the candidate that click would choose (`best_of_multimask`). Both are
-        only thresholded or refined, so a server may send just the part around the object (`logits_above`)."""
-        features = plane.features(tile)
-        options = {"mask_input": mask_input, "logits_above": self.mask_threshold, "best_of_multimask": preview}
-        request = prompts.in_tile(tile).request(self.spec, tile.shape, **options)
-        result = self.engine.decode(features, request, not preview, token)
-        return result.low_res_logits[0], result.scores[0]
-
-    def _image_masks(self, low_res: np.ndarray, tile: Tile) -> np.ndarray:
-        """Binary masks at the tile's reduced size (the plane's, unless tiled) from low-res logits [..., h, w]."""
-        return self.engine.resizer.masks(low_res, tile.reduced_shape, self.mask_threshold)
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value
