@@ -16,20 +16,17 @@ on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves n
   `set_plane`; the cursor over a tile not encoded yet gets no preview, a click there encodes it.
   Zoomed out (`set_tile_step`), previews come coarser and `commit` stores full resolution.
 
-Decodes go through an `ObjectDecoder` (`object_decoding`): the tile, the masks, what `commit` stores.
+Decodes go through an `ObjectDecoder` (`object_decoding`), cursor moves through a `Cursor` (`cursor`).
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
-import numpy as np
-
+from .cursor import Cursor
 from .engines import CancelToken, Engine
 from .errors import InvalidInputError, TritonSamError
 from .features import FeatureCache
@@ -37,7 +34,7 @@ from .image import ContrastLimits
 from .object_decoding import ObjectDecoder, decoding_tile
 from .objects import Committed, ObjectInProgress, Offset, Preview
 from .planes import Plane, cache_plane, cache_planes
-from .prompts import Point, Prompts
+from .prompts import Prompts
 from .speculative import DecodeScheduler, Delivery, SchedulerStats
 from .tiles import Tile, needs_tiling
 
@@ -72,7 +69,6 @@ class InteractiveSession:
         self.owns_engine = owns_engine
         self.spec = engine.spec
         self.cache = cache or FeatureCache(engine)
-        self.min_move_px = min_move_px
         self.decoder = ObjectDecoder(engine, mask_threshold)
         self.next_object_id = 1
         self._on_preview = on_preview
@@ -80,12 +76,8 @@ class InteractiveSession:
         self._plane: Plane | None = None
         self._planes_asked = 0  # `set_plane` calls begun: the last one begun shows its plane
         self._objects: dict[Hashable, ObjectInProgress] = {}
-        self._last_hover: Point | None = None
-        self._waiting_hover: Point | None = None  # the cursor rests on a tile not encoded yet
-        self._moved_at = -math.inf  # when `hover` was last called (time.perf_counter)
         self._closed = False
         self._tile_step = 1
-        self._hover_preview: Preview | None = None
         self._scheduler = DecodeScheduler(
             self._deliver,
             max_in_flight,
@@ -93,6 +85,7 @@ class InteractiveSession:
             cancel_running=engine.cancel_running,
             settle=engine.settle_hovers,
         )
+        self.cursor = Cursor(min_move_px, self._scheduler.count_skipped_event)
 
     # --- planes -------------------------------------------------------------------------------
 
@@ -110,7 +103,7 @@ class InteractiveSession:
         has rested `yield_to_cursor_s`, stopping when `should_stop()` says so. Showing the plane
         later finds them in the cache (keyed by content)."""
         stopped = self._stopped_or(should_stop)
-        ready = lambda: self._cursor_rested(yield_to_cursor_s, stopped)  # noqa: E731
+        ready = lambda: self.cursor.rested(yield_to_cursor_s, stopped)  # noqa: E731
         cache_plane(image, self.cache, tiles, contrast_limits=contrast_limits, levels=levels, ready=ready)
 
     def prefetch_planes(
@@ -128,13 +121,6 @@ class InteractiveSession:
     def _stopped_or(self, should_stop: Callable[[], bool] | None) -> Callable[[], bool]:
         """Whether work ahead of need is to stop: the session closed, or `should_stop()` says so."""
         return lambda: self._closed or (should_stop is not None and should_stop())
-
-    def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
-        """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews
-        on a shared CPU); False, at once, when `stopped()` says so."""
-        while not stopped() and time.perf_counter() - self._moved_at < seconds:
-            time.sleep(0.05)
-        return not stopped()
 
     def is_tiled(self, shape: tuple[int, int]) -> bool:
         """Whether a plane of `shape` (H, W) is covered by tiles rather than encoded whole."""
@@ -160,8 +146,7 @@ class InteractiveSession:
             if asked != self._planes_asked:
                 return
             self._plane = plane
-            self._last_hover = None
-            self._hover_preview = None
+            self.cursor.forget()
             self._scheduler.clear()
             obj = self.object
             if not obj.empty and obj.content not in (None, plane.content):
@@ -188,7 +173,7 @@ class InteractiveSession:
         with self._lock:
             self._tile_step = int(step)
             if self._plane is not None and self._plane.retile(self._tile_step):
-                self._last_hover = None
+                self.cursor.decoded = None
 
     def encoded(self, tile: Tile) -> bool:
         """Whether `tile` of the plane shown is encoded (and its features still cached)."""
@@ -216,18 +201,14 @@ class InteractiveSession:
             return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
         encoded = 0
-        ready = lambda: self._cursor_rested(yield_to_cursor_s, stopped)  # noqa: E731
-        for done, new in plane.encode_tiles(tiles, ready, waiting=self._waiting_point):
+        ready = lambda: self.cursor.rested(yield_to_cursor_s, stopped)  # noqa: E731
+        for done, new in plane.encode_tiles(tiles, ready, waiting=lambda: self.cursor.waiting):
             encoded += len(new)
             for tile in new:
                 self._hover_again_if_waiting(plane, tile)
             if on_progress is not None and not stopped():
                 on_progress(done, len(tiles))
         return encoded
-
-    def _waiting_point(self) -> Point | None:
-        with self._lock:
-            return self._waiting_hover
 
     @property
     def plane(self) -> Hashable | None:
@@ -250,23 +231,23 @@ class InteractiveSession:
 
     def hover(self, x: float, y: float, t_event: float | None = None) -> int | None:
         """The cursor moved to (x, y): ask for its preview. None when skipped or outside."""
-        self._moved_at = time.perf_counter()
+        self.cursor.moved()
         with self._lock:
             plane = self._plane
             inside = plane is not None and plane.holds((x, y))
-            just_left = plane is not None and not inside and self._last_hover is not None
+            just_left = plane is not None and not inside and self.cursor.decoded is not None
         if just_left:
             self.leave()
         if not inside:
             return None
         with self._lock:
-            if self._plane is not plane or not self._moved_enough((x, y)):
+            if self._plane is not plane or not self.cursor.moved_enough((x, y)):
                 return None
             obj = self.object
             with_prompts = not obj.empty
             self._decode_again_if_outdated(plane, obj)
             prompts = obj.prompts.with_point((x, y))  # decoded as a click here would be
-            tile = self._hover_tile(plane, prompts, (x, y))
+            tile = self.cursor.hover_tile(plane, prompts, (x, y))
             mask_input = obj.mask_input(tile, self.spec) if with_prompts and tile is not None else None
         if tile is None:
             if not with_prompts:
@@ -275,15 +256,6 @@ class InteractiveSession:
         hinted = obj if with_prompts else None
         return self._scheduler.hover(partial(self._decode_hover, plane, hinted, tile, prompts, mask_input), t_event)
 
-    def _moved_enough(self, xy: Point) -> bool:
-        """Whether the cursor moved `min_move_px` since the last hover decoded (then `xy` is the
-        last; else the move is counted as skipped). Lock held."""
-        if self._last_hover is not None and math.dist(self._last_hover, xy) < self.min_move_px:
-            self._scheduler.count_skipped_event()
-            return False
-        self._last_hover = xy
-        return True
-
     def _decode_again_if_outdated(self, plane: Plane, obj: ObjectInProgress) -> None:
         """Decode the object's prompts again, with the tiles of now, if its last decode failed (a
         server away?) or was of tiles of another step (zoomed since). Lock held."""
@@ -291,16 +263,6 @@ class InteractiveSession:
         restepped = obj.tile is not None and obj.tile.step != plane.tiles[0].step
         if not obj.empty and obj.pending == 0 and (stale or restepped):
             self._submit_prompt(None)
-
-    def _hover_tile(self, plane: Plane, prompts: Prompts, xy: Point) -> Tile | None:
-        """The encoded tile that decodes a hover's `prompts`; None when no tile holds them or none
-        that does is encoded yet: then the cursor at `xy` waits for its tile. Lock held."""
-        tile = decoding_tile(plane, prompts, encoded_only=True)
-        self._waiting_hover = xy if tile is None else None
-        if tile is None:
-            self._last_hover = None  # the next move decodes, if its tile is ready by then
-            self._scheduler.count_skipped_event()
-        return tile
 
     def _decode_hover(
         self, plane: Plane, obj: ObjectInProgress | None, tile: Tile, prompts: Prompts, mask_input, token: CancelToken
@@ -322,7 +284,7 @@ class InteractiveSession:
         """The cursor left the image: stop hover work and show what is left without it, the object
         in progress (its prompts' mask, no hint) or nothing."""
         with self._lock:
-            self._waiting_hover = None
+            self.cursor.waiting = None
             plane, obj = self._plane, self.object
             left = obj.preview(plane) if plane is not None and not obj.empty else None
         self._clear_hover(left)
@@ -330,8 +292,7 @@ class InteractiveSession:
     def _clear_hover(self, shown: Preview | None = None) -> None:
         """Forget the hover (its decodes too) and show `shown` instead."""
         with self._lock:
-            self._last_hover = None
-            self._hover_preview = None
+            self.cursor.forget()
             self._scheduler.clear()
         self._on_preview(shown)
 
@@ -365,7 +326,7 @@ class InteractiveSession:
             obj.take_back()
             if obj.empty:
                 obj.version += 1
-                self._hover_preview = None
+                self.cursor.preview = None
                 self._scheduler.clear(prompts=True)
                 self._on_preview(None)
             else:
@@ -387,7 +348,7 @@ class InteractiveSession:
         """Drop the object in progress on this plane."""
         with self._lock:
             self._objects.pop(self._plane.key if self._plane else None, None)
-            self._hover_preview = None
+            self.cursor.preview = None
             self._scheduler.clear(prompts=True)
         self._on_preview(None)
 
@@ -411,8 +372,8 @@ class InteractiveSession:
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
             if not obj.empty and obj.mask is not None and obj.decoded_version == obj.version:
                 shown, prompts, candidate = obj.preview(plane), obj.prompts, obj.chosen
-            elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
-                shown = self._hover_preview
+            elif obj.empty and self.cursor.preview is not None and self.cursor.preview.plane == plane.key:
+                shown = self.cursor.preview
                 prompts, candidate = Prompts().with_point(shown.point), None
             elif not obj.empty and obj.pending == 0:  # its last decode failed (the engine said why)
                 raise TritonSamError(UNDECODED)
@@ -426,8 +387,7 @@ class InteractiveSession:
                 raise InvalidInputError(reason)
             self.next_object_id += 1
             self._objects.pop(plane.key, None)
-            self._hover_preview = None
-            self._last_hover = None
+            self.cursor.forget()
             self._scheduler.clear(prompts=True)
         self._on_preview(None)
         return committed
@@ -487,8 +447,8 @@ class InteractiveSession:
     def _hover_again_if_waiting(self, plane: Plane, tile: Tile) -> None:
         """A tile was encoded: if the cursor rests on it waiting for a preview, ask again."""
         with self._lock:
-            waiting = self._waiting_hover
-            if waiting is None or self._closed or self._plane is not plane or not tile.holds(np.array([waiting])):
+            waiting = self.cursor.waiting
+            if self._closed or self._plane is not plane or not self.cursor.waits_on(tile):
                 return
         self.hover(*waiting)
 
@@ -508,7 +468,7 @@ class InteractiveSession:
             if self._plane is None or preview.plane != self._plane.key:
                 return  # never show a mask on another plane
             if preview.point is not None and preview.hint is None:
-                self._hover_preview = preview
+                self.cursor.preview = preview
         self._on_preview(preview)
 
     def close(self) -> None:
