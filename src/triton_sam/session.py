@@ -22,7 +22,7 @@ Decodes go through an `ObjectDecoder` (`object_decoding`), cursor moves through 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -33,7 +33,7 @@ from .features import FeatureCache
 from .image import ContrastLimits
 from .object_decoding import ObjectDecoder, decoding_tile
 from .objects import Committed, ObjectInProgress, Offset, Preview
-from .planes import Plane, cache_plane, cache_planes
+from .planes import Plane
 from .prompts import Prompts
 from .speculative import DecodeScheduler, Delivery, SchedulerStats
 from .tiles import Tile, needs_tiling
@@ -89,38 +89,10 @@ class InteractiveSession:
 
     # --- planes -------------------------------------------------------------------------------
 
-    def prefetch(
-        self,
-        image,
-        contrast_limits: ContrastLimits | None = None,
-        tiles: Sequence[Tile] = (),
-        levels: Mapping[int, object] | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        yield_to_cursor_s: float = 0.0,
-    ) -> None:
-        """Encode a plane into the cache without showing it (neighbouring planes): the whole plane,
-        or, of a tiled one, `tiles` (e.g. those in view on the plane shown), each after the cursor
-        has rested `yield_to_cursor_s`, stopping when `should_stop()` says so. Showing the plane
-        later finds them in the cache (keyed by content)."""
-        stopped = self._stopped_or(should_stop)
-        ready = lambda: self.cursor.rested(yield_to_cursor_s, stopped)  # noqa: E731
-        cache_plane(image, self.cache, tiles, contrast_limits=contrast_limits, levels=levels, ready=ready)
-
-    def prefetch_planes(
-        self,
-        planes: Sequence[tuple[object, Mapping[int, object] | None]],
-        contrast_limits: ContrastLimits | None = None,
-        tiles: Sequence[Tile] = (),
-        should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[int]:
-        """`prefetch` each of `planes` (image, pyramid levels; e.g. every plane of a stack), yielding
-        how many are done after each plane, until `should_stop()` says so (`planes.cache_planes`:
-        planes encoded whole go to the engine together where it encodes several at once)."""
-        return cache_planes(planes, self.cache, tiles, contrast_limits=contrast_limits, stopped=self._stopped_or(should_stop))
-
-    def _stopped_or(self, should_stop: Callable[[], bool] | None) -> Callable[[], bool]:
-        """Whether work ahead of need is to stop: the session closed, or `should_stop()` says so."""
-        return lambda: self._closed or (should_stop is not None and should_stop())
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called: work ahead of need (encoding planes not shown) stops."""
+        return self._closed
 
     def is_tiled(self, shape: tuple[int, int]) -> bool:
         """Whether a plane of `shape` (H, W) is covered by tiles rather than encoded whole."""
