@@ -47,11 +47,8 @@ __all__ = ["Committed", "InteractiveSession", "ObjectInProgress", "Offset", "Pre
 
 
 class InteractiveSession:
-    """Builds objects from prompts on the plane being shown; see the module docstring.
-
-    The one object callers talk to: it owns its decoder's scheduling and, unless `owns_engine` is
-    False, its engine (`close` closes both).
-    """
+    """Builds objects from prompts on the plane shown (see the module docstring). It owns its decodes'
+    scheduling and, unless `owns_engine` is False, its engine (`close` closes both)."""
 
     def __init__(
         self,
@@ -101,13 +98,10 @@ class InteractiveSession:
     def set_plane(
         self, key: Hashable, image, contrast_limits: ContrastLimits | None = None, levels: Mapping[int, object] | None = None
     ) -> None:
-        """Show plane `key`. A plane that is not tiled is encoded now (blocks: call it off the GUI
-        thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile,
-        coarse tiles from `levels` (the plane reduced by each integer factor: a pyramid) where given.
-        Of calls that overlap (a slow encode, then a plane found in the cache), the one begun last
-        shows its plane: the others only leave their features in the cache. An object in progress
-        on `key` that was decoded from the plane as it was (other contrast limits, other pixels) is
-        decoded again from its prompts, afresh."""
+        """Show plane `key` (`levels`: its pyramid; see `planes.Plane`); one not tiled is encoded now
+        (blocks: off the GUI thread). Of overlapping calls the one begun last shows its plane, the others
+        only fill the cache. An object in progress on `key` decoded from the plane as it was (other
+        contrast limits or pixels) is decoded again from its prompts, afresh."""
         with self._lock:
             self._planes_asked += 1
             asked = self._planes_asked
@@ -159,13 +153,10 @@ class InteractiveSession:
         should_stop: Callable[[], bool] | None = None,
         yield_to_cursor_s: float = 0.0,
     ) -> int:
-        """Encode `tiles` of the plane shown, in order (blocks: off the GUI thread), skipping those
-        done; a tile under a cursor waiting for its preview goes first, alone. Where the engine
-        encodes several at once faster (`Engine.encode_batch`), tiles go that many together.
-        Stops early when the plane changes or `should_stop()` says so (the view moved).
-        With `yield_to_cursor_s`, each batch waits until the cursor has rested that long (work
-        ahead of need must not slow the previews on a shared CPU). `on_progress(done, total)`
-        after each. Returns how many were encoded now."""
+        """Encode `tiles` of the plane shown as `Plane.encode_tiles` does (blocks: off the GUI thread)
+        until the plane changes or `should_stop()` says so (the view moved); with `yield_to_cursor_s`,
+        each batch once the cursor has rested that long. `on_progress(done, total)` after each batch.
+        Returns how many were encoded now."""
         with self._lock:
             plane = self._plane
 
@@ -272,21 +263,24 @@ class InteractiveSession:
 
     def add_point(self, x: float, y: float, positive: bool = True, t_event: float | None = None) -> int | None:
         """Add a point to the object and decode it (the point is kept even if decoding fails)."""
-        with self._lock:
-            if self._plane is None:
-                return None
-            obj = self.object
-            obj.give(self._fitting(obj.prompts.with_point((x, y), 1 if positive else 0)), "point")
-            return self._submit_prompt(t_event)
+        return self._give(lambda prompts: prompts.with_point((x, y), 1 if positive else 0), "point", t_event)
 
     def set_box(self, x0: float, y0: float, x1: float, y1: float, t_event: float | None = None) -> int | None:
         """Give the object a box (replacing an earlier one) and decode it."""
+        box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+        return self._give(lambda prompts: replace(prompts, box=box), "box", t_event)
+
+    def _give(self, change: Callable[[Prompts], Prompts], kind: str, t_event: float | None) -> int | None:
+        """Give the object `change(its prompts)`, one more prompt of `kind`, and decode them; refused
+        (InvalidInputError, nothing changed) on a tiled plane that they are off or no tile of holds."""
         with self._lock:
             if self._plane is None:
                 return None
             obj = self.object
-            box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
-            obj.give(self._fitting(replace(obj.prompts, box=box)), "box")
+            prompts = change(obj.prompts)
+            if self._plane.tiled:
+                self._plane.tile_for(prompts)  # raises where no tile fits them
+            obj.give(prompts, kind)
             return self._submit_prompt(t_event)
 
     def undo(self) -> bool:
@@ -325,14 +319,10 @@ class InteractiveSession:
         self._on_preview(None)
 
     def commit(self, wait_s: float = 30.0, refuse: Callable[[Committed], str | None] | None = None) -> Committed | None:
-        """Finish the object: its full-size mask and a new id. Waits for its prompt decodes first.
-        `refuse` may name a reason not to (e.g. nothing of it is unlabelled): then an
-        `InvalidInputError` says it and the object, its prompts and the next id stay as they were.
-
-        What is stored is a preview's `mask`: the object its prompts make (the hover `hint` is
-        not part of it) or, with no prompts, the object under the cursor (once its preview, if
-        on its way, is in: a key pressed just after a move means the object moved onto).
-        """
+        """Finish the object once its prompt decodes are in: its full-size mask and a new id, or, where
+        `refuse` names a reason not to (e.g. nothing of it unlabelled), an `InvalidInputError` and no change.
+        It stores a preview's `mask`: the object its prompts make (not the `hint`) or, with none, the
+        object under the cursor (once its preview on its way is in: a key just after a move means its object)."""
         with self._lock:
             hover_only = self.object.empty
         if hover_only:  # (not holding the lock: the preview is delivered under it)
@@ -423,13 +413,6 @@ class InteractiveSession:
             if self._closed or self._plane is not plane or not self.cursor.waits_on(tile):
                 return
         self.hover(*waiting)
-
-    def _fitting(self, prompts: Prompts) -> Prompts:
-        """`prompts`, unless a tiled plane is shown that they are off or that no tile of holds: then
-        they are refused (InvalidInputError, nothing changed). Lock held."""
-        if self._plane is not None and self._plane.tiled:
-            self._plane.tile_for(prompts)
-        return prompts
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value
