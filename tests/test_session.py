@@ -12,6 +12,7 @@ from synthetic import ReadLog, SlowReads, disk_image, slow_encodes
 from triton_sam import Predictor
 from triton_sam.engines import create_engine
 from triton_sam.errors import TritonSamError
+from triton_sam.planes import cache_plane, cache_planes
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.session import InteractiveSession
@@ -504,7 +505,7 @@ def test_prompts_off_a_large_plane_are_refused_as_the_predictor_refuses_them_and
     assert decoded.tile.x1 == BIG_W and session.object.points == [(BIG_W - 0.25, 1400.0)]
 
 
-@pytest.mark.parametrize("encode_or_prefetch", ["encode_tiles", "prefetch"])
+@pytest.mark.parametrize("encode_or_prefetch", ["encode_tiles", "cache_plane"])
 def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, encode_or_prefetch):
     """From slow storage, a tile's read overlaps the encode of the tile before it (on a GPU server
     a read can take longer than an encode), on the plane shown and on one prefetched."""
@@ -515,24 +516,24 @@ def test_the_next_tile_is_read_while_a_tile_is_encoded(session, monkeypatch, enc
     if encode_or_prefetch == "encode_tiles":
         assert session.encode_tiles(tiles) == 3
     else:
-        session.prefetch(plane, tiles=tiles)
+        cache_plane(plane, session.cache, tiles)
     read = [plane.read_at(tile.window) for tile in tiles]
     assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
 
 
 def test_a_stack_is_prefetched_plane_by_plane_each_read_while_the_one_before_is_encoded(session, monkeypatch):
-    """`prefetch_planes` (napari's "Encode all planes"): every plane into the cache, progress after
+    """`cache_planes` (napari's "Encode all planes"): every plane into the cache, progress after
     each, each whole plane read while the one before it is encoded; stopped, it encodes no more."""
     planes = [SlowReads(disk_image(H, W, [(60 + 40 * i, 100, 30)]), 0.2) for i in range(3)]
     encoded = slow_encodes(session.engine, 0.2, monkeypatch)
-    assert list(session.prefetch_planes([(plane, None) for plane in planes])) == [1, 2, 3]
+    assert list(cache_planes([(plane, None) for plane in planes], session.cache)) == [1, 2, 3]
     read = [plane.read_at(...) for plane in planes]
     assert len(encoded) == 3 and all(read[k + 1] < encoded[k] for k in range(2))
     misses = session.cache.misses
     session.set_plane(("stack", 2), planes[2].array)
     assert session.cache.misses == misses  # found in the cache
     others = [(disk_image(H, W, [(200, 100 + 20 * i, 30)]), None) for i in range(3)]
-    assert list(session.prefetch_planes(others, should_stop=lambda: len(encoded) >= 4)) == [1]
+    assert list(cache_planes(others, session.cache, stopped=lambda: len(encoded) >= 4)) == [1]
 
 
 def test_a_stack_goes_to_an_engine_that_encodes_several_planes_at_once_that_many_at_a_time(session, monkeypatch):
@@ -543,7 +544,7 @@ def test_a_stack_goes_to_an_engine_that_encodes_several_planes_at_once_that_many
     batches, encode_many = [], engine.encode_many
     monkeypatch.setattr(engine, "encode_many", lambda images: batches.append(len(images)) or encode_many(images))
     planes = [disk_image(H, W, [(60 + 30 * i, 120, 25)]) for i in range(5)]
-    assert list(session.prefetch_planes([(plane, None) for plane in planes])) == [1, 2, 3, 4, 5]
+    assert list(cache_planes([(plane, None) for plane in planes], session.cache)) == [1, 2, 3, 4, 5]
     assert batches == [3, 2]
     misses = session.cache.misses
     for number, plane in enumerate(planes):
@@ -668,9 +669,9 @@ def test_tiles_of_a_plane_not_shown_are_prefetched_into_the_cache_until_asked_to
     other = disk_image(BIG_H, BIG_W, [(1450, 896, 70)])
     wanted = [t for t in session.tiles if t.holds(np.array([[1450, 896]]))] + [session.tiles[0]]  # 3 contents
     misses, hits = session.cache.misses, session.cache.hits
-    session.prefetch(other, tiles=wanted, should_stop=lambda: session.cache.misses - misses >= 2)
+    cache_plane(other, session.cache, wanted, ready=lambda: session.cache.misses - misses < 2)
     assert session.cache.misses - misses == 2  # stopped before the third
-    session.prefetch(other, tiles=wanted)
+    cache_plane(other, session.cache, wanted)
     assert session.cache.misses - misses == 3 and session.cache.hits - hits == 2
     session.set_plane(("other", 0), other)
     assert session.encode_tiles(wanted) == 3 and session.cache.misses - misses == 3  # shown: found in the cache

@@ -6,16 +6,18 @@ under its lock, and decodes it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .planes import Plane
 from .prompts import Box, Point, Prompts
 from .registry import ModelSpec
 from .tiles import Tile
 
 Offset = tuple[int, int]  # (row, column) of a mask crop's first pixel on its plane
+MasksOf = Callable[[np.ndarray, Tile], np.ndarray]  # low-res logits [C, h, w] on a tile to its masks (`ObjectDecoder.masks`)
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class Committed:
     plane: Hashable
     mask: np.ndarray  # bool [h, w] at `offset`, full resolution (the whole plane unless it is tiled)
     object_id: int
-    provenance: dict = field(default_factory=dict)  # see `InteractiveSession.provenance`
+    provenance: dict = field(default_factory=dict)  # see `object_decoding.ObjectDecoder.provenance`
     offset: Offset = (0, 0)
 
 
@@ -105,6 +107,18 @@ class ObjectInProgress:
             self.prompts = replace(prompts, points=prompts.points[:-1], labels=prompts.labels[:-1])
         self.low_res = self.scores = self.mask = None
 
+    def store(self, version: int, low_res: np.ndarray, scores: np.ndarray, tile: Tile, content: Hashable, masks: MasksOf) -> None:
+        """Take the candidates decoded on `tile` for `version` of the prompts (from the plane's
+        `content`), the best scored chosen."""
+        self.low_res, self.scores, self.tile = low_res, scores, tile
+        self.decoded_version, self.content = version, content
+        self.choose(int(np.argmax(scores)), masks)
+
+    def choose(self, candidate: int, masks: MasksOf) -> None:
+        """Make `candidate` the object's mask."""
+        self.chosen = candidate
+        self.mask = masks(self.low_res[candidate][None], self.tile)[0]
+
     def mask_input(self, tile: Tile | None, spec: ModelSpec) -> np.ndarray | None:
         """The chosen candidate's logits as a next round's mask input on `tile`, as the official
         predictor hands them back for refinement; None unless the last decode is current and of `tile`."""
@@ -112,11 +126,12 @@ class ObjectInProgress:
             return None
         return spec.as_mask_input(self.low_res[self.chosen][None])
 
-    def preview(self, plane: Hashable, first_tile: Tile) -> Preview:
-        """The object as its prompts make it on `plane` (empty, on `first_tile`, while its first decode runs)."""
+    def preview(self, plane: Plane) -> Preview:
+        """The object as its prompts make it on `plane` (empty, on its first tile, while its first decode runs)."""
         if self.mask is None:
-            return Preview(plane, np.zeros(first_tile.reduced_shape, bool), 0.0, offset=first_tile.offset, tile=first_tile)
+            first = plane.tiles[0]
+            return Preview(plane.key, np.zeros(first.reduced_shape, bool), 0.0, offset=first.offset, tile=first)
         score, tile = float(self.scores[self.chosen]), self.tile
         return Preview(
-            plane, self.mask, score, candidate=self.chosen, offset=tile.offset, tile=tile, low_res=self.low_res[self.chosen]
+            plane.key, self.mask, score, candidate=self.chosen, offset=tile.offset, tile=tile, low_res=self.low_res[self.chosen]
         )

@@ -12,37 +12,29 @@ on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves n
   low-res logits; 3 candidates, best score first, `cycle_candidate` goes through them.
 - `undo`, `discard`, `commit` (full-resolution mask plus a new object id). Each plane of a stack
   has its own embedding (cached by content) and its own object in progress.
-- Large planes (see `planes`, `tiles`) are covered by tiles at native resolution, encoded on request
-  (`encode_tiles`, the tiles in view first) rather than by `set_plane`; each decode uses the tile
-  that holds its prompts best, and masks come as that tile's crop with its `offset` on the plane.
-  The cursor over a tile not encoded yet gets no preview; a click there encodes its tile. While a
-  tile (or, encoding a stack ahead, a plane) is encoded, the next one is read (slow storage need
-  not wait for the encoder).
-  Zoomed out, the caller asks for coarser tiles (`set_tile_step`): previews then come at the
-  tiles' reduced resolution and `commit` stores the object at full resolution.
+- Large planes (`planes`, `tiles`) are covered by tiles encoded on request (`encode_tiles`), not by
+  `set_plane`; the cursor over a tile not encoded yet gets no preview, a click there encodes it.
+  Zoomed out (`set_tile_step`), previews come coarser and `commit` stores full resolution.
 
-A decode's prompts are one `Prompts` value in plane pixels: the object's, with the cursor for a
-hover; the plane picks its tile (`Plane.tile_for`), and they go in that tile's pixels to the request.
+Decodes go through an `ObjectDecoder` (`object_decoding`), cursor moves through a `Cursor` (`cursor`).
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
-import numpy as np
-
+from .cursor import Cursor
 from .engines import CancelToken, Engine
 from .errors import InvalidInputError, TritonSamError
 from .features import FeatureCache
 from .image import ContrastLimits
+from .object_decoding import ObjectDecoder, decoding_tile
 from .objects import Committed, ObjectInProgress, Offset, Preview
-from .planes import Plane, cache_plane, cache_planes
-from .prompts import Point, Prompts
+from .planes import Plane
+from .prompts import Prompts
 from .speculative import DecodeScheduler, Delivery, SchedulerStats
 from .tiles import Tile, needs_tiling
 
@@ -55,11 +47,8 @@ __all__ = ["Committed", "InteractiveSession", "ObjectInProgress", "Offset", "Pre
 
 
 class InteractiveSession:
-    """Builds objects from prompts on the plane being shown; see the module docstring.
-
-    The one object callers talk to: it owns its decoder's scheduling and, unless `owns_engine` is
-    False, its engine (`close` closes both).
-    """
+    """Builds objects from prompts on the plane shown (see the module docstring). It owns its decodes'
+    scheduling and, unless `owns_engine` is False, its engine (`close` closes both)."""
 
     def __init__(
         self,
@@ -77,20 +66,15 @@ class InteractiveSession:
         self.owns_engine = owns_engine
         self.spec = engine.spec
         self.cache = cache or FeatureCache(engine)
-        self.min_move_px = min_move_px
-        self.mask_threshold = mask_threshold
+        self.decoder = ObjectDecoder(engine, mask_threshold)
         self.next_object_id = 1
         self._on_preview = on_preview
         self._lock = threading.Condition()
         self._plane: Plane | None = None
         self._planes_asked = 0  # `set_plane` calls begun: the last one begun shows its plane
         self._objects: dict[Hashable, ObjectInProgress] = {}
-        self._last_hover: Point | None = None
-        self._waiting_hover: Point | None = None  # the cursor rests on a tile not encoded yet
-        self._moved_at = -math.inf  # when `hover` was last called (time.perf_counter)
         self._closed = False
         self._tile_step = 1
-        self._hover_preview: Preview | None = None
         self._scheduler = DecodeScheduler(
             self._deliver,
             max_in_flight,
@@ -98,48 +82,14 @@ class InteractiveSession:
             cancel_running=engine.cancel_running,
             settle=engine.settle_hovers,
         )
+        self.cursor = Cursor(min_move_px, self._scheduler.count_skipped_event)
 
     # --- planes -------------------------------------------------------------------------------
 
-    def prefetch(
-        self,
-        image,
-        contrast_limits: ContrastLimits | None = None,
-        tiles: Sequence[Tile] = (),
-        levels: Mapping[int, object] | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        yield_to_cursor_s: float = 0.0,
-    ) -> None:
-        """Encode a plane into the cache without showing it (neighbouring planes): the whole plane,
-        or, of a tiled one, `tiles` (e.g. those in view on the plane shown), each after the cursor
-        has rested `yield_to_cursor_s`, stopping when `should_stop()` says so. Showing the plane
-        later finds them in the cache (keyed by content)."""
-        stopped = self._stopped_or(should_stop)
-        ready = lambda: self._cursor_rested(yield_to_cursor_s, stopped)  # noqa: E731
-        cache_plane(image, self.cache, tiles, contrast_limits=contrast_limits, levels=levels, ready=ready)
-
-    def prefetch_planes(
-        self,
-        planes: Sequence[tuple[object, Mapping[int, object] | None]],
-        contrast_limits: ContrastLimits | None = None,
-        tiles: Sequence[Tile] = (),
-        should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[int]:
-        """`prefetch` each of `planes` (image, pyramid levels; e.g. every plane of a stack), yielding
-        how many are done after each plane, until `should_stop()` says so (`planes.cache_planes`:
-        planes encoded whole go to the engine together where it encodes several at once)."""
-        return cache_planes(planes, self.cache, tiles, contrast_limits=contrast_limits, stopped=self._stopped_or(should_stop))
-
-    def _stopped_or(self, should_stop: Callable[[], bool] | None) -> Callable[[], bool]:
-        """Whether work ahead of need is to stop: the session closed, or `should_stop()` says so."""
-        return lambda: self._closed or (should_stop is not None and should_stop())
-
-    def _cursor_rested(self, seconds: float, stopped: Callable[[], bool]) -> bool:
-        """Wait until the cursor has rested `seconds` (work ahead of need must not slow the previews
-        on a shared CPU); False, at once, when `stopped()` says so."""
-        while not stopped() and time.perf_counter() - self._moved_at < seconds:
-            time.sleep(0.05)
-        return not stopped()
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called: work ahead of need (encoding planes not shown) stops."""
+        return self._closed
 
     def is_tiled(self, shape: tuple[int, int]) -> bool:
         """Whether a plane of `shape` (H, W) is covered by tiles rather than encoded whole."""
@@ -148,13 +98,10 @@ class InteractiveSession:
     def set_plane(
         self, key: Hashable, image, contrast_limits: ContrastLimits | None = None, levels: Mapping[int, object] | None = None
     ) -> None:
-        """Show plane `key`. A plane that is not tiled is encoded now (blocks: call it off the GUI
-        thread); a tiled one (any array that slices: numpy, dask, zarr) is only read tile by tile,
-        coarse tiles from `levels` (the plane reduced by each integer factor: a pyramid) where given.
-        Of calls that overlap (a slow encode, then a plane found in the cache), the one begun last
-        shows its plane: the others only leave their features in the cache. An object in progress
-        on `key` that was decoded from the plane as it was (other contrast limits, other pixels) is
-        decoded again from its prompts, afresh."""
+        """Show plane `key` (`levels`: its pyramid; see `planes.Plane`); one not tiled is encoded now
+        (blocks: off the GUI thread). Of overlapping calls the one begun last shows its plane, the others
+        only fill the cache. An object in progress on `key` decoded from the plane as it was (other
+        contrast limits or pixels) is decoded again from its prompts, afresh."""
         with self._lock:
             self._planes_asked += 1
             asked = self._planes_asked
@@ -165,8 +112,7 @@ class InteractiveSession:
             if asked != self._planes_asked:
                 return
             self._plane = plane
-            self._last_hover = None
-            self._hover_preview = None
+            self.cursor.forget()
             self._scheduler.clear()
             obj = self.object
             if not obj.empty and obj.content not in (None, plane.content):
@@ -193,7 +139,7 @@ class InteractiveSession:
         with self._lock:
             self._tile_step = int(step)
             if self._plane is not None and self._plane.retile(self._tile_step):
-                self._last_hover = None
+                self.cursor.decoded = None
 
     def encoded(self, tile: Tile) -> bool:
         """Whether `tile` of the plane shown is encoded (and its features still cached)."""
@@ -207,13 +153,10 @@ class InteractiveSession:
         should_stop: Callable[[], bool] | None = None,
         yield_to_cursor_s: float = 0.0,
     ) -> int:
-        """Encode `tiles` of the plane shown, in order (blocks: off the GUI thread), skipping those
-        done; a tile under a cursor waiting for its preview goes first, alone. Where the engine
-        encodes several at once faster (`Engine.encode_batch`), tiles go that many together.
-        Stops early when the plane changes or `should_stop()` says so (the view moved).
-        With `yield_to_cursor_s`, each batch waits until the cursor has rested that long (work
-        ahead of need must not slow the previews on a shared CPU). `on_progress(done, total)`
-        after each. Returns how many were encoded now."""
+        """Encode `tiles` of the plane shown as `Plane.encode_tiles` does (blocks: off the GUI thread)
+        until the plane changes or `should_stop()` says so (the view moved); with `yield_to_cursor_s`,
+        each batch once the cursor has rested that long. `on_progress(done, total)` after each batch.
+        Returns how many were encoded now."""
         with self._lock:
             plane = self._plane
 
@@ -221,18 +164,14 @@ class InteractiveSession:
             return self._closed or self._plane is not plane or (should_stop is not None and should_stop())
 
         encoded = 0
-        ready = lambda: self._cursor_rested(yield_to_cursor_s, stopped)  # noqa: E731
-        for done, new in plane.encode_tiles(tiles, ready, waiting=self._waiting_point):
+        ready = lambda: self.cursor.rested(yield_to_cursor_s, stopped)  # noqa: E731
+        for done, new in plane.encode_tiles(tiles, ready, waiting=lambda: self.cursor.waiting):
             encoded += len(new)
             for tile in new:
                 self._hover_again_if_waiting(plane, tile)
             if on_progress is not None and not stopped():
                 on_progress(done, len(tiles))
         return encoded
-
-    def _waiting_point(self) -> Point | None:
-        with self._lock:
-            return self._waiting_hover
 
     @property
     def plane(self) -> Hashable | None:
@@ -255,23 +194,23 @@ class InteractiveSession:
 
     def hover(self, x: float, y: float, t_event: float | None = None) -> int | None:
         """The cursor moved to (x, y): ask for its preview. None when skipped or outside."""
-        self._moved_at = time.perf_counter()
+        self.cursor.moved()
         with self._lock:
             plane = self._plane
             inside = plane is not None and plane.holds((x, y))
-            just_left = plane is not None and not inside and self._last_hover is not None
+            just_left = plane is not None and not inside and self.cursor.decoded is not None
         if just_left:
             self.leave()
         if not inside:
             return None
         with self._lock:
-            if self._plane is not plane or not self._moved_enough((x, y)):
+            if self._plane is not plane or not self.cursor.moved_enough((x, y)):
                 return None
             obj = self.object
             with_prompts = not obj.empty
             self._decode_again_if_outdated(plane, obj)
             prompts = obj.prompts.with_point((x, y))  # decoded as a click here would be
-            tile = self._hover_tile(plane, prompts, (x, y))
+            tile = self.cursor.hover_tile(plane, prompts, (x, y))
             mask_input = obj.mask_input(tile, self.spec) if with_prompts and tile is not None else None
         if tile is None:
             if not with_prompts:
@@ -279,15 +218,6 @@ class InteractiveSession:
             return None
         hinted = obj if with_prompts else None
         return self._scheduler.hover(partial(self._decode_hover, plane, hinted, tile, prompts, mask_input), t_event)
-
-    def _moved_enough(self, xy: Point) -> bool:
-        """Whether the cursor moved `min_move_px` since the last hover decoded (then `xy` is the
-        last; else the move is counted as skipped). Lock held."""
-        if self._last_hover is not None and math.dist(self._last_hover, xy) < self.min_move_px:
-            self._scheduler.count_skipped_event()
-            return False
-        self._last_hover = xy
-        return True
 
     def _decode_again_if_outdated(self, plane: Plane, obj: ObjectInProgress) -> None:
         """Decode the object's prompts again, with the tiles of now, if its last decode failed (a
@@ -297,48 +227,35 @@ class InteractiveSession:
         if not obj.empty and obj.pending == 0 and (stale or restepped):
             self._submit_prompt(None)
 
-    def _hover_tile(self, plane: Plane, prompts: Prompts, xy: Point) -> Tile | None:
-        """The encoded tile that decodes a hover's `prompts`; None when no tile holds them or none
-        that does is encoded yet: then the cursor at `xy` waits for its tile. Lock held."""
-        tile = self._tile_for(plane, prompts, encoded_only=True)
-        self._waiting_hover = xy if tile is None else None
-        if tile is None:
-            self._last_hover = None  # the next move decodes, if its tile is ready by then
-            self._scheduler.count_skipped_event()
-        return tile
-
     def _decode_hover(
         self, plane: Plane, obj: ObjectInProgress | None, tile: Tile, prompts: Prompts, mask_input, token: CancelToken
     ) -> Preview | None:
-        """Decode a hover, `prompts` ending with the cursor (on a worker thread): as a click there
-        would be, the candidate it will choose, refining the object's mask (`mask_input`); with an
-        object in progress (`obj`), the object's preview with the cursor's mask as its hint."""
-        low_res, scores = self._decode_low_res(plane, tile, prompts, token, mask_input, preview=True)
-        mask, xy = self._image_masks(low_res, tile)[0], prompts.points[-1]
+        """Decode a hover (on a worker thread, `ObjectDecoder.hover`); with an object in progress
+        (`obj`), the preview is the object's, the cursor's mask its hint."""
+        hovered = self.decoder.hover(plane, tile, prompts, token, mask_input)
         if obj is None:
-            return Preview(plane.key, mask, float(scores[0]), point=xy, offset=tile.offset, tile=tile, low_res=low_res[0])
+            return hovered
         with self._lock:
             if self._objects.get(plane.key) is not obj:
                 return None  # committed or discarded meanwhile
-            shown = self._object_preview(plane, obj)
+            shown = obj.preview(plane)
             if shown.step != tile.step:  # the object is being decoded again with the tiles of now
                 return shown
-            return replace(shown, hint=mask, point=xy, hint_offset=tile.offset)
+            return replace(shown, hint=hovered.mask, point=hovered.point, hint_offset=tile.offset)
 
     def leave(self) -> None:
         """The cursor left the image: stop hover work and show what is left without it, the object
         in progress (its prompts' mask, no hint) or nothing."""
         with self._lock:
-            self._waiting_hover = None
+            self.cursor.waiting = None
             plane, obj = self._plane, self.object
-            left = self._object_preview(plane, obj) if plane is not None and not obj.empty else None
+            left = obj.preview(plane) if plane is not None and not obj.empty else None
         self._clear_hover(left)
 
     def _clear_hover(self, shown: Preview | None = None) -> None:
         """Forget the hover (its decodes too) and show `shown` instead."""
         with self._lock:
-            self._last_hover = None
-            self._hover_preview = None
+            self.cursor.forget()
             self._scheduler.clear()
         self._on_preview(shown)
 
@@ -346,21 +263,24 @@ class InteractiveSession:
 
     def add_point(self, x: float, y: float, positive: bool = True, t_event: float | None = None) -> int | None:
         """Add a point to the object and decode it (the point is kept even if decoding fails)."""
-        with self._lock:
-            if self._plane is None:
-                return None
-            obj = self.object
-            obj.give(self._fitting(obj.prompts.with_point((x, y), 1 if positive else 0)), "point")
-            return self._submit_prompt(t_event)
+        return self._give(lambda prompts: prompts.with_point((x, y), 1 if positive else 0), "point", t_event)
 
     def set_box(self, x0: float, y0: float, x1: float, y1: float, t_event: float | None = None) -> int | None:
         """Give the object a box (replacing an earlier one) and decode it."""
+        box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+        return self._give(lambda prompts: replace(prompts, box=box), "box", t_event)
+
+    def _give(self, change: Callable[[Prompts], Prompts], kind: str, t_event: float | None) -> int | None:
+        """Give the object `change(its prompts)`, one more prompt of `kind`, and decode them; refused
+        (InvalidInputError, nothing changed) on a tiled plane that they are off or no tile of holds."""
         with self._lock:
             if self._plane is None:
                 return None
             obj = self.object
-            box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
-            obj.give(self._fitting(replace(obj.prompts, box=box)), "box")
+            prompts = change(obj.prompts)
+            if self._plane.tiled:
+                self._plane.tile_for(prompts)  # raises where no tile fits them
+            obj.give(prompts, kind)
             return self._submit_prompt(t_event)
 
     def undo(self) -> bool:
@@ -372,7 +292,7 @@ class InteractiveSession:
             obj.take_back()
             if obj.empty:
                 obj.version += 1
-                self._hover_preview = None
+                self.cursor.preview = None
                 self._scheduler.clear(prompts=True)
                 self._on_preview(None)
             else:
@@ -385,8 +305,8 @@ class InteractiveSession:
             obj, plane = self.object, self._plane
             if obj.low_res is None or plane is None:
                 return None
-            self._choose(obj, (obj.chosen + 1) % len(obj.low_res))
-            preview = self._object_preview(plane, obj)
+            obj.choose((obj.chosen + 1) % len(obj.low_res), self.decoder.masks)
+            preview = obj.preview(plane)
         self._on_preview(preview)
         return preview
 
@@ -394,19 +314,15 @@ class InteractiveSession:
         """Drop the object in progress on this plane."""
         with self._lock:
             self._objects.pop(self._plane.key if self._plane else None, None)
-            self._hover_preview = None
+            self.cursor.preview = None
             self._scheduler.clear(prompts=True)
         self._on_preview(None)
 
     def commit(self, wait_s: float = 30.0, refuse: Callable[[Committed], str | None] | None = None) -> Committed | None:
-        """Finish the object: its full-size mask and a new id. Waits for its prompt decodes first.
-        `refuse` may name a reason not to (e.g. nothing of it is unlabelled): then an
-        `InvalidInputError` says it and the object, its prompts and the next id stay as they were.
-
-        What is stored is a preview's `mask`: the object its prompts make (the hover `hint` is
-        not part of it) or, with no prompts, the object under the cursor (once its preview, if
-        on its way, is in: a key pressed just after a move means the object moved onto).
-        """
+        """Finish the object once its prompt decodes are in: its full-size mask and a new id, or, where
+        `refuse` names a reason not to (e.g. nothing of it unlabelled), an `InvalidInputError` and no change.
+        It stores a preview's `mask`: the object its prompts make (not the `hint`) or, with none, the
+        object under the cursor (once its preview on its way is in: a key just after a move means its object)."""
         with self._lock:
             hover_only = self.object.empty
         if hover_only:  # (not holding the lock: the preview is delivered under it)
@@ -417,30 +333,23 @@ class InteractiveSession:
                 return None
             self._lock.wait_for(lambda: obj.pending == 0, timeout=wait_s)
             if not obj.empty and obj.mask is not None and obj.decoded_version == obj.version:
-                shown = self._object_preview(plane, obj)
-                made_by = self.provenance(obj.prompts, candidate=obj.chosen)
-            elif obj.empty and self._hover_preview is not None and self._hover_preview.plane == plane.key:
-                shown = self._hover_preview
-                made_by = self.provenance(Prompts().with_point(shown.point), candidate=None)
+                shown, prompts, candidate = obj.preview(plane), obj.prompts, obj.chosen
+            elif obj.empty and self.cursor.preview is not None and self.cursor.preview.plane == plane.key:
+                shown = self.cursor.preview
+                prompts, candidate = Prompts().with_point(shown.point), None
             elif not obj.empty and obj.pending == 0:  # its last decode failed (the engine said why)
                 raise TritonSamError(UNDECODED)
             else:
                 return None
-            mask, offset = self._full_resolution(shown)
-            if not mask.any():
+            committed = self.decoder.committed(plane, shown, prompts, candidate, self.next_object_id)
+            if not committed.mask.any():
                 return None
-            if plane.tiled:
-                tile = shown.tile
-                made_by["tile"] = [tile.y0, tile.x0, tile.y1, tile.x1]
-                made_by["tile_step"] = tile.step
-            committed = Committed(plane.key, mask, self.next_object_id, made_by, offset)
             reason = refuse(committed) if refuse is not None else None
             if reason:
                 raise InvalidInputError(reason)
             self.next_object_id += 1
             self._objects.pop(plane.key, None)
-            self._hover_preview = None
-            self._last_hover = None
+            self.cursor.forget()
             self._scheduler.clear(prompts=True)
         self._on_preview(None)
         return committed
@@ -470,27 +379,13 @@ class InteractiveSession:
         """Whether a newer hover was asked for after the one `preview` answers."""
         return preview.seq < self._scheduler.latest_hover_seq
 
-    def provenance(self, prompts: Prompts, candidate: int | None) -> dict:
-        """What reproduces an object: its prompts in image pixels (x, y), the candidate chosen
-        (None: the single mask SAM picks), the model and its weights, the mask threshold; on a
-        tiled plane `commit` adds the tile decoded (rows y0, columns x0, y1, x1) and its step."""
-        return {
-            "points": [list(p) for p in prompts.points],
-            "labels": list(prompts.labels),
-            "box": list(prompts.box) if prompts.box is not None else None,
-            "candidate": candidate,
-            "model_id": self.spec.model_id,
-            "weights_id": self.engine.weights_id,
-            "mask_threshold": self.mask_threshold,
-        }
-
     # --- internals ----------------------------------------------------------------------------
 
     def _submit_prompt(self, t_event: float | None) -> int:
         """Queue a decode of the object's prompts as they are now (call with the lock held)."""
         plane, obj = self._plane, self.object
         prompts = obj.prompts
-        tile = self._tile_for(plane, prompts)
+        tile = decoding_tile(plane, prompts)
         mask_input = obj.mask_input(tile, self.spec)
         obj.version += 1
         version = obj.version
@@ -498,14 +393,12 @@ class InteractiveSession:
 
         def run(token: CancelToken) -> Preview:
             try:
-                low_res, scores = self._decode_low_res(plane, tile, prompts, token, mask_input)
+                low_res, scores = self.decoder.low_res(plane, tile, prompts, token, mask_input)
                 with self._lock:
                     if obj.version != version:  # a newer prompt will store its own result
-                        return self._object_preview(plane, obj) if obj.mask is not None else None
-                    obj.low_res, obj.scores, obj.tile = low_res, scores, tile
-                    self._choose(obj, int(np.argmax(scores)))
-                    obj.decoded_version, obj.content = version, plane.content
-                    return self._object_preview(plane, obj)
+                        return obj.preview(plane) if obj.mask is not None else None
+                    obj.store(version, low_res, scores, tile, plane.content, self.decoder.masks)
+                    return obj.preview(plane)
             finally:
                 with self._lock:
                     obj.pending -= 1
@@ -513,63 +406,13 @@ class InteractiveSession:
 
         return self._scheduler.prompt(run, t_event)
 
-    def _choose(self, obj: ObjectInProgress, candidate: int) -> None:
-        """Make `candidate` the object's mask (call with the lock held)."""
-        obj.chosen = candidate
-        obj.mask = self._image_masks(obj.low_res[candidate][None], obj.tile)[0]
-
-    def _object_preview(self, plane: Plane, obj: ObjectInProgress) -> Preview:
-        """The object as its prompts make it (empty while its first decode runs; lock held)."""
-        return obj.preview(plane.key, plane.tiles[0])
-
-    def _full_resolution(self, shown: Preview) -> tuple[np.ndarray, Offset]:
-        """A preview's mask at full resolution and its offset: as shown, unless its tile is coarse;
-        then upsampled from its logits around the object only (see `MaskResizer.object_mask`)."""
-        if shown.step == 1:
-            return shown.mask, shown.offset
-        mask, (y, x) = self.engine.resizer.object_mask(shown.low_res, shown.tile.shape, self.mask_threshold)
-        return mask, (shown.offset[0] + y, shown.offset[1] + x)
-
-    def _tile_for(self, plane: Plane, prompts: Prompts, encoded_only: bool = False) -> Tile | None:
-        """The tile that decodes `prompts` (`encoded_only`: the best of those encoded, for a preview
-        that need not wait); None when no such tile holds them all."""
-        if not plane.tiled:
-            return plane.tiles[0]
-        try:
-            return plane.tile_for(prompts, encoded_only)
-        except InvalidInputError:
-            return None
-
     def _hover_again_if_waiting(self, plane: Plane, tile: Tile) -> None:
         """A tile was encoded: if the cursor rests on it waiting for a preview, ask again."""
         with self._lock:
-            waiting = self._waiting_hover
-            if waiting is None or self._closed or self._plane is not plane or not tile.holds(np.array([waiting])):
+            waiting = self.cursor.waiting
+            if self._closed or self._plane is not plane or not self.cursor.waits_on(tile):
                 return
         self.hover(*waiting)
-
-    def _fitting(self, prompts: Prompts) -> Prompts:
-        """`prompts`, unless a tiled plane is shown that they are off or that no tile of holds: then
-        they are refused (InvalidInputError, nothing changed). Lock held."""
-        if self._plane is not None and self._plane.tiled:
-            self._plane.tile_for(prompts)
-        return prompts
-
-    def _decode_low_res(
-        self, plane: Plane, tile: Tile, prompts: Prompts, token: CancelToken, mask_input: np.ndarray | None, preview: bool = False
-    ):
-        """Low-res logits and scores of the first prompt set: a click's three candidates, or a hover
-        `preview`'s one mask, the candidate that click would choose (`best_of_multimask`). Both are
-        only thresholded or refined, so a server may send just the part around the object (`logits_above`)."""
-        features = plane.features(tile)
-        options = {"mask_input": mask_input, "logits_above": self.mask_threshold, "best_of_multimask": preview}
-        request = prompts.in_tile(tile).request(self.spec, tile.shape, **options)
-        result = self.engine.decode(features, request, not preview, token)
-        return result.low_res_logits[0], result.scores[0]
-
-    def _image_masks(self, low_res: np.ndarray, tile: Tile) -> np.ndarray:
-        """Binary masks at the tile's reduced size (the plane's, unless tiled) from low-res logits [..., h, w]."""
-        return self.engine.resizer.masks(low_res, tile.reduced_shape, self.mask_threshold)
 
     def _deliver(self, delivery: Delivery) -> None:
         preview = delivery.value
@@ -580,7 +423,7 @@ class InteractiveSession:
             if self._plane is None or preview.plane != self._plane.key:
                 return  # never show a mask on another plane
             if preview.point is not None and preview.hint is None:
-                self._hover_preview = preview
+                self.cursor.preview = preview
         self._on_preview(preview)
 
     def close(self) -> None:

@@ -193,7 +193,7 @@ def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image
     qtbot.waitUntil(lambda: preview.data[150, 300] == 1, timeout=10000)
     with Predictor(model_repository=synthetic_repository) as predictor:
         predictor.set_image(image.data)
-        x, y = widget.session._last_hover
+        x, y = widget.session.cursor.decoded
         expected, _, _ = predictor.predict(point_coords=[[x, y]], point_labels=[1], multimask_output=False)
     np.testing.assert_array_equal(preview.data.astype(bool), expected[0])
     assert not preview.data[80, 80]

@@ -19,6 +19,7 @@ from napari.layers import Image
 from qtpy.QtCore import QObject, QTimer
 from superqt.utils import ensure_main_thread
 
+from ..planes import cache_plane, cache_planes
 from ..session import InteractiveSession
 from ..tiles import Tile, view_order
 from . import bindings, layers
@@ -261,12 +262,18 @@ class PlaneEncoding:
         def moved_on() -> bool:
             return session is not self.session or self.index != index or view_moved()  # stop guessing
 
+        def stopped() -> bool:
+            return session.closed or moved_on()
+
+        def ready() -> bool:  # work ahead of need: tiles wait while the cursor moves
+            return session.cursor.rested(AROUND_VIEW_WAIT_S if tiles else 0.0, stopped)
+
         def prefetch():
             for neighbour in neighbours:
                 if moved_on():
                     return
                 data, levels = layers.plane_data(image, neighbour), layers.plane_levels(image, neighbour)
-                session.prefetch(data, contrast, tiles, levels, moved_on, AROUND_VIEW_WAIT_S if tiles else 0.0)
+                cache_plane(data, session.cache, tiles, contrast_limits=contrast, levels=levels, ready=ready)
 
         make_worker(prefetch).start()
 
@@ -284,9 +291,12 @@ class PlaneEncoding:
         session, image = self.session, self.image
         tiles = self.view_tiles() if self.large else []
 
+        def stopped() -> bool:
+            return session.closed or worker.abort_requested
+
         def encode_all():
             planes = [(layers.plane_data(image, index), layers.plane_levels(image, index)) for index in indices]
-            yield from session.prefetch_planes(planes, contrast, tiles, lambda: worker.abort_requested)
+            yield from cache_planes(planes, session.cache, tiles, contrast_limits=contrast, stopped=stopped)
 
         worker = make_worker(encode_all, progress={"total": len(indices), "desc": "triton-sam: encoding all planes"})
         worker.yielded.connect(lambda done: self._set_status(f"Encoded {done} of {len(indices)} planes."))
