@@ -874,8 +874,8 @@ def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own
         "second",
         "second [triton-sam objects]",
         layers.PREVIEW_NAME,
-        layers.BOX_NAME,
         layers.PROMPTS_NAME,
+        layers.BOX_NAME,  # above the points (test_helper_layers.py)
     ]
     assert (
         viewer.layers["second [triton-sam objects]"].data[150, 300]

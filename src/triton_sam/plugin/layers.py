@@ -155,8 +155,9 @@ def preview_layer(viewer, image: Image, window: bool = False) -> Labels:
 
 def prompt_layers(viewer, image: Image, above: Labels) -> tuple[Points, Shapes]:
     """The layers that draw the object's prompts over the image's plane, directly above `above`:
-    points (`POSITIVE_COLOR` / `NEGATIVE_COLOR`) and the box (a rectangle). Drawn, not edited:
-    the session holds the prompts."""
+    points (`POSITIVE_COLOR` / `NEGATIVE_COLOR`) and, above them, the box (a rectangle; a Shapes
+    layer under a Points layer segfaults napari 0.9 when the image and then it are deleted).
+    Drawn, not edited: the session holds the prompts."""
     size = max(plane_shape(image)) / 100  # data pixels; kept between 7 and 14 screen pixels
     points = _reusable(viewer, PROMPTS_NAME, Points)
     if points is None:
@@ -174,7 +175,7 @@ def prompt_layers(viewer, image: Image, above: Labels) -> tuple[Points, Shapes]:
             edge_width=max(1.0, size / 4),
             **_on_plane(image),
         )
-    for layer in (box, points):
+    for layer in (points, box):  # the box above the points: napari 0.9 / vispy 0.17 crash the other way
         layer.scale, layer.translate = _on_plane(image).values()
         place_above(viewer, above, layer)
         above = layer
