@@ -17,6 +17,10 @@ from functools import partial
 from napari.qt.threading import create_worker
 from qtpy.QtCore import QObject, QTimer, Signal
 
+WORKER_SIGNALS = ("started", "yielded", "returned", "errored", "finished", "aborted")
+# What PyQt and PySide say when a slot touches a Qt object that is gone.
+DELETED = ("has been deleted", "already deleted")
+
 
 class WorkerError(Exception):
     """A RuntimeError raised by a generator worker's work, passed on as an error."""
@@ -46,6 +50,9 @@ def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
             return held.pop()()
 
     made = create_worker(work, _progress=progress or False, _ignore_errors=True, _start_thread=False)
+    for name in WORKER_SIGNALS:  # (an attribute of the worker comes before its signals' pass-through)
+        if hasattr(made.signals, name):  # yielded, aborted: generator workers only
+            setattr(made, name, _SlotsMayOutliveQt(getattr(made.signals, name)))
     made.finished.connect(held.clear)
     start = made.start
 
@@ -70,3 +77,26 @@ def _disconnect_all(signals: QObject) -> None:
             if isinstance(attribute, Signal) and not name.startswith("_"):
                 with contextlib.suppress(TypeError, RuntimeError):  # nothing connected to it
                     getattr(signals, name).disconnect()
+
+
+class _SlotsMayOutliveQt:
+    """A worker's signal whose slots end quietly when the Qt objects they update are gone: napari
+    closed while the work ran (its last results still queued). An exception escaping a slot then
+    would abort the process, napari's exception hook being gone with its window."""
+
+    def __init__(self, signal) -> None:
+        self._signal = signal
+
+    def connect(self, slot: Callable) -> None:
+        self._signal.connect(partial(_unless_qt_is_gone, slot))
+
+    def __getattr__(self, name: str):
+        return getattr(self._signal, name)  # emit, disconnect: the signal's own
+
+
+def _unless_qt_is_gone(slot: Callable, *args) -> None:
+    try:
+        slot(*args)
+    except RuntimeError as error:
+        if not any(words in str(error) for words in DELETED):
+            raise
