@@ -351,7 +351,7 @@ def test_latency_is_measured_from_the_event():
 
 
 def test_hover_previews_are_counted_apart_from_prompt_results():
-    """The status line's "N of M mouse moves previewed": clicks are results but no mouse moves."""
+    """The status tooltip's "N of M mouse moves previewed": clicks are results but no mouse moves."""
     engine, recorder = FakeEngine(0.005), Recorder()
     with DecodeScheduler(recorder) as decoder:
         for name in ("h1", "click", "h2", "click-2"):

@@ -109,7 +109,7 @@ def test_new_pixels_stop_a_propagation_and_the_next_one_tracks_through_them(qtbo
     filtered = bench_volume(8, SHAPE, seed=1)
     image.data = filtered
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=120000)
-    assert len(planes) <= 2 and "stopped: the image's data changed" in widget.form.status_label.toolTip()
+    assert len(planes) <= 2 and "stopped: the image's data changed" in widget.form.status.label.text()
     assert not np.any(objects.data[5:] == 1)  # not reached
 
     widget.form.max_planes_spin.setValue(1)
@@ -127,7 +127,7 @@ def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_chang
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
     QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)
-    assert "Commit an object on this plane" in widget.form.status_label.text()
+    assert "Commit an object on this plane" in widget.form.status.label.text()
 
     click(viewer, world(image, 60, 50)[-2:])
     key(viewer, "commit")
@@ -136,7 +136,7 @@ def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_chang
     before = viewer.layers[objects_name].data.copy()
     QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)  # the synthetic model has no video graphs
     qtbot.waitUntil(lambda: not widget._propagation.running, timeout=30000)
-    assert "no video graphs" in widget.form.status_label.toolTip() and widget.form.propagate_button.text() == "Propagate label"
+    assert "no video graphs" in widget.form.status.label.text() and widget.form.propagate_button.text() == "Propagate label"
     np.testing.assert_array_equal(viewer.layers[objects_name].data, before)
 
     flat = viewer.add_image(np.zeros(SHAPE, np.uint8))

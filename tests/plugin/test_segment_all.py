@@ -46,7 +46,7 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     )
 
     qtbot.wait(300)
-    assert "objects in the new layer" in widget.form.status_label.text()
+    assert "objects in the new layer" in widget.form.status.label.text()
     (found,) = _automatic_layers(viewer)
     assert found.data.shape == (1, H, W)
     assert found.data_to_world((0, 0, 0)) == pytest.approx(image.data_to_world((1, 0, 0)))  # on plane 1
@@ -62,19 +62,19 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
 
     widget.form.points_per_side_spin.setValue(128)  # 256 batches: time enough to stop it
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "batches" in widget.form.status_label.text(), timeout=30000)
+    qtbot.waitUntil(lambda: "batches" in widget.form.status.label.text(), timeout=30000)
     assert widget.form.segment_all_button.text() == "Stop segmenting"
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=30000)
     qtbot.wait(300)  # progress news still on its way (as once in CI) must not replace the outcome
-    assert widget.form.status_label.text().startswith("Segment all stopped")
+    assert widget.form.status.label.text().startswith("Segment all stopped")
     assert len(_automatic_layers(viewer)) == 1
 
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "batches" in widget.form.status_label.text(), timeout=30000)
+    qtbot.waitUntil(lambda: "batches" in widget.form.status.label.text(), timeout=30000)
     image.data = stack[::-1].copy()  # new pixels (a filter, say): its proposals would be for the old ones
     # Said as the run ends; the news of the plane encoded anew (400 ms after the change) may follow it.
-    qtbot.waitUntil(lambda: "Segment all stopped (the image's data changed)" in widget.form.status_label.toolTip(), timeout=30000)
+    qtbot.waitUntil(lambda: "Segment all stopped (the image's data changed)" in widget.form.status.label.text(), timeout=30000)
     qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=30000)
     qtbot.wait(300)
     assert len(_automatic_layers(viewer)) == 1
@@ -96,7 +96,7 @@ def test_on_a_large_dask_plane_the_tiles_in_view_are_segmented_at_native_resolut
     assert widget.tiled
     widget.form.points_per_side_spin.setValue(8)
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
-    assert "Visible region" in widget.form.status_label.text()  # the whole large plane is refused, with the way out
+    assert "Visible region" in widget.form.status.label.text()  # the whole large plane is refused, with the way out
     widget.form.region_box.setCurrentText("Visible region")
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(
@@ -123,6 +123,6 @@ def test_segment_all_that_keeps_no_mask_adds_no_layer_and_says_which_threshold_t
     widget = start(qtbot, viewer, repository=synthetic_repository)
     widget.form.points_per_side_spin.setValue(4)
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: "found no object" in widget.form.status_label.toolTip(), timeout=60000)
+    qtbot.waitUntil(lambda: "found no object" in widget.form.status.label.text(), timeout=60000)
     assert not _automatic_layers(viewer)
-    assert "Predicted IoU >' (now 0.8)" in widget.form.status_label.toolTip()
+    assert "Predicted IoU >' (now 0.8)" in widget.form.status.label.text()

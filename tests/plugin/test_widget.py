@@ -140,7 +140,7 @@ def test_start_interrupted_between_its_layers_lets_go_of_its_session(qtbot, view
     assert made == [layers.PREVIEW_NAME, "event loop"]  # no prompt layers
     assert widget.session is None and not widget.ready and _decode_threads() == before
     if meanwhile == "remove the image":
-        assert "image layer was removed" in widget.form.status_label.toolTip()
+        assert "image layer was removed" in widget.form.status.label.text()
 
 
 def test_start_with_the_image_removed_while_connecting_changes_nothing(qtbot, viewer, synthetic_repository):
@@ -151,7 +151,7 @@ def test_start_with_the_image_removed_while_connecting_changes_nothing(qtbot, vi
     widget.form.repository_field.setText(str(synthetic_repository))
     widget.connect_engine()  # the engine is made on a worker thread
     viewer.layers.remove(image)
-    qtbot.waitUntil(lambda: "image layer was removed" in widget.form.status_label.toolTip(), timeout=30000)
+    qtbot.waitUntil(lambda: "image layer was removed" in widget.form.status.label.text(), timeout=30000)
     assert len(viewer.layers) == 0 and widget.session is None and _decode_threads() == before
 
 
@@ -197,7 +197,7 @@ def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image
         expected, _, _ = predictor.predict(point_coords=[[x, y]], point_labels=[1], multimask_output=False)
     np.testing.assert_array_equal(preview.data.astype(bool), expected[0])
     assert not preview.data[80, 80]
-    assert re.search(r"preview in \d+ ms · \d+ of \d+ mouse moves previewed$", widget.form.status_label.text())  # plain words
+    assert re.search(r"preview in \d+ ms · \d+ of \d+ mouse moves previewed$", widget.form.status.label.toolTip())  # plain words
     np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)  # one fixed colour
 
     move(viewer, world(image, -40, 150))  # off the image: the preview goes
@@ -212,7 +212,7 @@ def test_click_and_commit_key_write_an_undoable_label(qtbot, viewer, synthetic_r
     click(viewer, world(image, 80, 80))
     preview = viewer.layers[layers.PREVIEW_NAME]
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
-    shown, moves = map(int, re.search(r"(\d+) of (\d+) mouse moves previewed", widget.form.status_label.text()).groups())
+    shown, moves = map(int, re.search(r"(\d+) of (\d+) mouse moves previewed", widget.form.status.label.toolTip()).groups())
     assert shown <= moves  # a click's mask is no mouse move's preview
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)  # made at the first commit
@@ -391,7 +391,7 @@ def test_replacing_the_layer_s_data_encodes_the_plane_anew_and_another_shape_nee
     assert not preview.data[80, 80]
 
     image.data = disk_image(H // 2, W, DISKS[:1])
-    assert widget.session is None and "changed shape" in widget.form.status_label.text()
+    assert widget.session is None and "changed shape" in widget.form.status.label.text()
     assert not preview.data.any()  # cleared, and no more previews
     move(viewer, world(image, 80, 80))
     qtbot.wait(300)
@@ -473,12 +473,12 @@ def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repo
     widget.form.backend_box.setCurrentText("Local")
     widget.form.repository_field.setText(str(synthetic_repository))
     widget.find_models()
-    qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Local repository"), timeout=10000)
+    qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Local repository"), timeout=10000)
     assert [widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())] == ["sam2.1_hiera_tiny"]
     widget.form.backend_box.setCurrentText("Triton")
     widget.form.url_field.setText(synthetic_server.grpc_url)
     widget.find_models()
-    qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Triton at"), timeout=10000)
+    qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Triton at"), timeout=10000)
     assert widget.form.model_box.currentText() == "sam2.1_hiera_tiny"
 
 
@@ -491,7 +491,7 @@ def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_pre
     widget.form.backend_box.setCurrentText("Triton")
     widget.form.url_field.setText(models_server.grpc_url)
     widget.find_models()
-    qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Triton at"), timeout=10000)
+    qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Triton at"), timeout=10000)
     assert sorted(widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())) == sorted(SERVED_MODELS)
     widget.form.model_box.setCurrentText("mobile_sam")
     widget.connect_engine()
@@ -589,7 +589,7 @@ def test_removing_the_image_layer_while_a_decode_runs_writes_nothing_and_raises_
     move(viewer, world(image, 300, 150))
     qtbot.waitUntil(lambda: widget.session.in_flight == 1, timeout=5000)
     viewer.layers.remove(image)
-    assert "removed" in widget.form.status_label.text() and not widget.ready
+    assert "removed" in widget.form.status.label.text() and not widget.ready
     qtbot.waitUntil(lambda: widget.session.idle, timeout=5000)
     qtbot.wait(200)
     assert not preview.data.any()  # the late result was not shown
@@ -623,11 +623,88 @@ def test_a_decode_that_fails_during_commit_leaves_the_output_layer_as_it_was(qtb
     monkeypatch.setattr(widget.session.engine, "decode", broken_decode)
     click(viewer, world(image, 300, 150))
     qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
-    said = widget.form.status_label.toolTip
+    said = widget.form.status.label.text
     qtbot.waitUntil(lambda: "accelerator fell over" in said() or "prompts are kept" in said(), timeout=10000)
     qtbot.wait(300)
     np.testing.assert_array_equal(objects.data, before)
     assert widget.session.next_object_id == 2
+    widget.close_session()
+
+
+def _colour(label) -> str:
+    """The colour `label`'s text is drawn in (its style sheet's, once polished)."""
+    label.ensurePolished()
+    return label.palette().color(label.foregroundRole()).name()
+
+
+def test_the_status_says_what_to_do_the_engine_label_where_it_runs_and_the_tooltip_the_figures(
+    qtbot, viewer, synthetic_repository
+):
+    """Issue #40: the message says how to segment; latency, moves previewed and the encode's time
+    are in its tooltip; the engine has a label of its own from Start on."""
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    status = widget.form.status
+    assert status.engine_label.isHidden()  # nothing runs yet
+    widget.form.backend_box.setCurrentText("Local")
+    widget.form.repository_field.setText(str(synthetic_repository))
+    widget.connect_engine()
+    qtbot.waitUntil(lambda: widget.ready, timeout=30000)
+    assert status.engine_label.isVisibleTo(widget)
+    assert status.engine_label.text() == f"Engine: {widget.session.engine.describe()}"
+    assert "local ONNX Runtime (CPU" in status.engine_label.text()
+    with qtbot.waitSignal(widget.preview_shown, timeout=10000):
+        move(viewer, world(image, 300, 150))
+    text, tooltip = status.label.text(), status.label.toolTip()
+    assert text == f"Ready: hover to preview, click to add a point, {KEYS['commit']} to commit."
+    assert re.search(r"Plane \(2D\) encoded in \d+\.\d s\.", tooltip)
+    assert re.search(r"Last preview in \d+ ms · \d+ of \d+ mouse moves previewed", tooltip)
+    assert not status.error_shown and status.label.styleSheet() == ""
+    widget.close_session()
+    assert status.engine_label.isHidden()
+
+
+def test_an_error_shows_whole_in_the_theme_s_warning_colour_until_the_server_answers_again(
+    qtbot, viewer, synthetic_repository, monkeypatch
+):
+    """Issue #40: an error longer than the status line once was (160 characters) is shown whole,
+    with its fix, in napari's warning colour; when the server stops answering the panel says the
+    prompts are kept, and once previews come again the error goes."""
+    from napari.utils.theme import get_theme
+    from tritonclient.utils import InferenceServerException
+
+    from triton_sam.engines import TritonConnection
+    from triton_sam.engines.triton_client import TritonClient
+
+    image = viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    status, engine = widget.form.status, widget.session.engine
+    client = TritonClient(TritonConnection(url="localhost:8001"))  # (no call: its message only)
+    refused = "failed to connect to all addresses; ipv4:127.0.0.1:8001: Connection refused"
+    error = client.unreachable(InferenceServerException(refused, "StatusCode.UNAVAILABLE"))
+    client.close()
+    answering = engine.decode
+
+    def not_answering(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(engine, "decode", not_answering)
+    click(viewer, world(image, 80, 80))
+    qtbot.waitUntil(lambda: status.error_shown, timeout=10000)
+    text, fix = status.label.text(), "Check that it runs (`triton-sam serve`, or the Docker deployment)"
+    assert text.startswith("Server not answering: your prompts are kept.") and len(text) > 160 and "…" not in text
+    assert text.endswith("and that the URL and port are right.") and fix in text
+    assert "StatusCode.UNAVAILABLE" not in text and "StatusCode.UNAVAILABLE" in status.label.toolTip()
+    warning = get_theme(viewer.theme).warning.as_hex()
+    assert _colour(status.label) == warning != _colour(status.engine_label)
+    np.testing.assert_allclose(widget.session.object.points, [(80, 80)], atol=1)  # the click is kept
+
+    monkeypatch.setattr(engine, "decode", answering)  # the server answers again
+    move(viewer, world(image, 82, 80))
+    qtbot.waitUntil(lambda: not status.error_shown, timeout=10000)
+    assert status.label.text().startswith("Ready") and _colour(status.label) != warning
     widget.close_session()
 
 
@@ -649,7 +726,7 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies_mid_hove
         server.stop()
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1 and not preview.data[150, 300], timeout=30000)
     assert "Triton not used" in widget.session.engine.describe()
-    qtbot.waitUntil(lambda: "Triton not used" in widget.form.status_label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: "Triton not used" in widget.form.status.engine_label.text(), timeout=5000)
     widget.close_session()
 
 
@@ -673,18 +750,20 @@ def test_a_stalled_server_times_out_with_a_clear_status_while_napari_stays_respo
         timer.start(20)
         move(viewer, world(image, 300, 150))
         click(viewer, world(image, 300, 150))
-        qtbot.waitUntil(lambda: "not answering" in widget.form.status_label.text(), timeout=30000)
+        qtbot.waitUntil(lambda: "not answering" in widget.form.status.label.text(), timeout=30000)
         timer.stop()
         assert (
-            "StatusCode" not in widget.form.status_label.text() and "StatusCode" in widget.form.status_label.toolTip()
+            "StatusCode" not in widget.form.status.label.text() and "StatusCode" in widget.form.status.label.toolTip()
         )  # details on hover
+        assert "your prompts are kept" in widget.form.status.label.text()
         assert len(ticks) > 50 and np.diff(ticks).max() < 0.5  # the event loop kept running throughout
         np.testing.assert_allclose(widget.session.object.points, [(300, 150)], atol=1)  # the click is kept
 
         os.kill(server.pid, signal.SIGCONT)
         move(viewer, world(image, 310, 150))
         qtbot.waitUntil(lambda: preview.data[150, 300] == 1 and not preview.data[80, 80], timeout=30000)
-        qtbot.waitUntil(lambda: widget.form.status_label.text().startswith("Triton at"), timeout=5000)
+        qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Ready"), timeout=5000)  # the error went
+        assert widget.form.status.engine_label.text().startswith("Engine: Triton at")
         widget.close_session()
     finally:
         if server.is_running():
@@ -706,11 +785,12 @@ def test_auto_goes_on_locally_when_the_server_is_killed_mid_encode(qtbot, viewer
         os.kill(server.pid, signal.SIGSTOP)
         viewer.dims.set_current_step(0, 2)  # plane 2 goes to the stalled server ...
         qtbot.wait(500)
-        assert "Encoding plane (2,)" in widget.form.status_label.text() and not widget.ready
+        assert "Encoding plane (2,)" in widget.form.status.label.text() and not widget.ready
         os.killpg(server.pid, signal.SIGKILL)  # ... which dies mid-encode, with its model processes
         qtbot.waitUntil(lambda: widget.ready, timeout=30000)
-        qtbot.waitUntil(lambda: "ready" in widget.form.status_label.text(), timeout=5000)
-        assert "Triton not used" in widget.form.status_label.text() and "not answering" in widget.form.status_label.text()
+        qtbot.waitUntil(lambda: "Ready" in widget.form.status.label.text(), timeout=5000)
+        engine = widget.form.status.engine_label.text()
+        assert "Triton not used" in engine and "not answering" in engine
         move(viewer, world(image, 200, 120)[-2:])
         preview = viewer.layers[layers.PREVIEW_NAME]
         qtbot.waitUntil(lambda: preview.data[120, 200] == 1, timeout=10000)
@@ -829,7 +909,7 @@ def test_an_image_with_nan_says_so_and_nothing_is_encoded(qtbot, viewer, synthet
     widget.form.repository_field.setText(str(synthetic_repository))
     widget.form.backend_box.setCurrentText("Local")
     widget.connect_engine()
-    qtbot.waitUntil(lambda: "NaN" in widget.form.status_label.text(), timeout=20000)
+    qtbot.waitUntil(lambda: "NaN" in widget.form.status.label.text(), timeout=20000)
     assert not widget.ready and len(widget.session.cache) == 0
     widget.close_session()
 
@@ -838,16 +918,16 @@ def test_in_3d_view_the_panel_says_that_sam_works_in_2d_and_the_keys_rest(qtbot,
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
-    qtbot.waitUntil(lambda: "ready (" in widget.form.status_label.text(), timeout=10000)  # the plane's news has come
+    qtbot.waitUntil(lambda: "encoded in" in widget.form.status.label.toolTip(), timeout=10000)  # the plane's news has come
     viewer.dims.ndisplay = 3
-    assert widget.form.status_label.text().startswith("3D view") and not widget.interaction.interactive()
+    assert widget.form.status.label.text().startswith("3D view") and not widget.interaction.interactive()
     widget.encoding.plane_ready(widget.encoding.index, 0.4)  # news of an encode that ends after the switch (as once in CI)
-    assert widget.form.status_label.text().startswith("3D view")
+    assert widget.form.status.label.text().startswith("3D view")
     qtbot.keyClick(_canvas(viewer).native, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
     qtbot.wait(200)
-    assert widget.form.status_label.text().startswith("3D view") and layers.objects_name(image) not in viewer.layers
+    assert widget.form.status.label.text().startswith("3D view") and layers.objects_name(image) not in viewer.layers
     viewer.dims.ndisplay = 2
-    assert widget.form.status_label.text().endswith("ready.") and widget.interaction.interactive()
+    assert widget.form.status.label.text().startswith("Ready") and widget.interaction.interactive()
     widget.close_session()
 
 
@@ -900,7 +980,7 @@ def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so
         key(viewer, "commit")
         qtbot.wait(300)  # a commit runs on a worker
         assert widget.session.object.labels == [] and layers.objects_name(coins) not in viewer.layers
-        assert "press Start" in widget.form.status_label.toolTip() and other in widget.form.status_label.toolTip()
+        assert "press Start" in widget.form.status.label.text() and other in widget.form.status.label.text()
         box.setCurrentText(shown)
     assert widget.form.model_box.currentText() == model
     click(viewer, world(coins, 80, 80))
@@ -922,7 +1002,7 @@ def test_a_commit_on_an_object_labelled_already_is_refused_and_changes_nothing(q
         key(viewer, "commit")
         if version == 1:
             qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
-    qtbot.waitUntil(lambda: "labelled already" in widget.form.status_label.toolTip(), timeout=10000)
+    qtbot.waitUntil(lambda: "labelled already" in widget.form.status.label.text(), timeout=10000)
     objects = viewer.layers[layers.objects_name(image)]
     assert widget.session.next_object_id == 2 and set(np.unique(objects.data)) == {0, 1}
     assert widget.session.object.labels == [1]  # the prompts stay
@@ -1018,7 +1098,7 @@ def test_prompts_no_tile_of_a_large_plane_holds_are_refused_in_the_panel_and_cha
     widget.interaction.add_point(300, 300, positive=True)
     qtbot.waitUntil(lambda: widget.session.object.decoded_version == 1, timeout=30000)
     widget.interaction.add_point(5700, 2400, positive=True)  # raised here
-    assert "no 1024x1024 tile holds them all" in widget.form.status_label.toolTip()
+    assert "no 1024x1024 tile holds them all" in widget.form.status.label.text()
     assert widget.session.object.labels == [1] and widget.session.object.points == [(300.0, 300.0)]
     assert _drawn_points(viewer) == [(300, 300, True)]
     widget.close_session()
@@ -1062,7 +1142,7 @@ def test_a_large_multiscale_plane_is_encoded_where_the_view_is_and_segmented_at_
     camera.center, camera.zoom = (896, 1400), 1.0  # a view of a few tiles around the second disk
     widget = start(qtbot, viewer, repository=synthetic_repository)
     session = widget.session
-    qtbot.waitUntil(lambda: "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "Tiles in view ready" in widget.form.status.label.text(), timeout=60000)
     view = Tile(*layers.visible_region(image))
     assert view.y0 > 0 and view.x0 > 0 and view.y1 < BIG_H and view.x1 < BIG_W  # zoomed in: a part of the plane
     inside, near = view_order(session.tiles, view, around=512)
@@ -1112,7 +1192,7 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     camera.center, camera.zoom = (1300, 2500), 0.4  # 2.5 plane pixels a screen pixel: the level reduced twice
     widget = start(qtbot, viewer, repository=synthetic_repository)
     session = widget.session
-    qtbot.waitUntil(lambda: "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "Tiles in view ready" in widget.form.status.label.text(), timeout=60000)
     assert session.tile_step == 2 and all(t.step == 2 for t in session.tiles)
 
     preview = viewer.layers[layers.PREVIEW_NAME]
@@ -1130,7 +1210,7 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     assert made["tile_step"] == 2 and made["tile"][3] - made["tile"][1] == 2048
 
     camera.center, camera.zoom = (896, 1400), 1.0  # zoomed in again: native tiles, full-resolution previews
-    qtbot.waitUntil(lambda: session.tile_step == 1 and "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
+    qtbot.waitUntil(lambda: session.tile_step == 1 and "Tiles in view ready" in widget.form.status.label.text(), timeout=60000)
     move(viewer, world(image, 1400, 896))
     qtbot.waitUntil(lambda: _shown(preview, image, 1400, 896) == 1, timeout=10000)
     np.testing.assert_allclose(preview.scale, image.scale)
@@ -1151,7 +1231,7 @@ def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_
     camera.center, camera.zoom = (896, 1400), 1.0
     widget = start(qtbot, viewer, repository=synthetic_repository)
     session = widget.session
-    qtbot.waitUntil(lambda: "tiles in view ready" in widget.form.status_label.text(), timeout=60000)
+    qtbot.waitUntil(lambda: "Tiles in view ready" in widget.form.status.label.text(), timeout=60000)
     inside, _ = view_order(session.tiles, Tile(*layers.visible_region(image)), around=0)
     contrast = layers.encoding_contrast(image)
 
@@ -1163,7 +1243,7 @@ def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_
     assert not cached(2)
     widget.form.encode_all_button.click()
     qtbot.waitUntil(lambda: widget.form.encode_all_button.text() == "Encode all planes", timeout=60000)
-    assert cached(2) and "Encoded 3 of 3 planes" in widget.form.status_label.text()
+    assert cached(2) and "Encoded 3 of 3 planes" in widget.form.status.label.text()
 
     hits, misses = session.cache.hits, session.cache.misses
     viewer.dims.set_current_step(0, 2)

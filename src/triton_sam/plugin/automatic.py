@@ -77,7 +77,7 @@ class AutomaticSegmentation:
 
     def __init__(self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm) -> None:
         self._viewer, self._encoding, self._form = viewer, encoding, form
-        self._set_status = form.set_status
+        self._set_status, self._warn = form.set_status, form.status.warn
         self._cancel: CancelToken | None = None
         self._stopped_because: str | None = None
 
@@ -171,7 +171,7 @@ class AutomaticSegmentation:
                 why = f" ({self._stopped_because})" if self._stopped_because else ""
                 self._set_status(f"Segment all stopped{why}: nothing was written.")
             else:
-                self._set_status(f"Error in Segment all: {error}")
+                self._warn(f"Error in Segment all: {error}")
 
         def finished() -> None:
             over.append(True)

@@ -50,7 +50,7 @@ class PlaneEncoding:
         parent: QObject,
         *,
         set_status: Callable[[str], None],
-        say_ready: Callable[[str], None],
+        say_ready: Callable[..., None],
         failed: Callable[[Exception], None],
         on_leaving: Callable[[], None],
         on_shown: Callable[[], None],
@@ -183,7 +183,7 @@ class PlaneEncoding:
         if self.tiled:
             self._encode_view()
             return
-        self._say_ready(f"{self.session.engine.describe()}: plane {index or '(2D)'} ready ({seconds:.1f} s).")
+        self._say_ready("", f"Plane {index or '(2D)'} encoded in {seconds:.1f} s.")
         self._prefetch_neighbours(index)
 
     def view_moved(self) -> None:
@@ -241,7 +241,7 @@ class PlaneEncoding:
             progress = f"encoding the tiles in view: {done} of {visible}"
         else:
             progress = f"tiles in view ready; around it {done - visible} of {total - visible}"
-        self._say_ready(f"{self.session.engine.describe()}: {progress}.")
+        self._say_ready(f"{progress.capitalize()}.")
 
     def _prefetch_neighbours(self, index: tuple[int, ...], tiles: list[Tile] = (), view_moved=lambda: False) -> None:
         """Encode the planes one step away on each slider in the background (cached by content):

@@ -1,14 +1,14 @@
 """The dock widget's form: backend, server, model and layer, remembered between sessions.
 
-Only fields and their settings live here; `widget.TritonSamWidget` holds the form and gives them
-behaviour. Each field is named for its role and its kind (`model_box`, `start_button`), so that
-no name of a field is also the name of a layer or an engine.
+Only fields and their settings live here, and the status area (`status.StatusArea`) under them;
+`widget.TritonSamWidget` holds the form and gives them behaviour. Each field is named for its
+role and its kind (`model_box`, `start_button`), so that no name of a field is also the name of a
+layer or an engine.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from qtpy.QtCore import QSettings, Qt
@@ -35,6 +35,7 @@ from ..registry import DEFAULT_MODEL, MODELS, ModelSpec, get_model
 from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
 from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
+from .status import StatusArea
 
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
 DIRECTIONS = {"Both ways": BOTH, "Forwards": FORWARDS, "Backwards": BACKWARDS}
@@ -42,16 +43,6 @@ REGIONS = {"Whole plane": "plane", "Visible region": "view"}
 PROPAGATED = {"Selected label": False, "All on this plane": True}  # does Propagate track every label?
 ENV_BACKEND = "TRITON_SAM_BACKEND"
 ENV_MODEL = "TRITON_SAM_MODEL"
-
-
-STATUS_CHARS = 160  # longer messages are cut; the status line's tooltip has all of it
-_GRPC_DETAIL = re.compile(r"\s*\(StatusCode\.(?:[^()]|\([^()]*\))*\)")  # "(StatusCode.UNAVAILABLE: ...)"
-
-
-def short_status(text: str) -> str:
-    """`text` for the status line: without gRPC's detail, at most `STATUS_CHARS` characters."""
-    text = _GRPC_DETAIL.sub("", text)
-    return text if len(text) <= STATUS_CHARS else text[: STATUS_CHARS - 1].rstrip() + "…"
 
 
 def _setting(settings: QSettings, key: str, env: str, default: str) -> str:
@@ -151,8 +142,7 @@ class SettingsForm(QWidget):
         )
         self.interaction_check = QCheckBox("SAM interaction (hover, click, keys)")
         self.interaction_check.setChecked(True)
-        self.status_label = QLabel("Not started.")
-        self.status_label.setWordWrap(True)
+        self.status = StatusArea()
         self._lay_out()
 
     def _lay_out(self) -> None:
@@ -183,7 +173,7 @@ class SettingsForm(QWidget):
         self.stacks_group = self._propagation_box()
         layout.addWidget(self.stacks_group)
         layout.addWidget(self._segment_all_box())
-        for widget in (self.interaction_check, self.status_label, keys):
+        for widget in (self.interaction_check, self.status, keys):
             layout.addWidget(widget)
         layout.addStretch()
         scroll = _VerticalScroll()  # a laptop's screen is shorter than the panel: it scrolls, never squeezes
@@ -263,9 +253,8 @@ class SettingsForm(QWidget):
         return TritonConnection(url=url, ssl=self.tls_check.isChecked(), api_key=api_key)
 
     def set_status(self, text: str) -> None:
-        """Show `text` shortened (`short_status`); the status line's tooltip has all of it."""
-        self.status_label.setText(short_status(text))
-        self.status_label.setToolTip(text)
+        """Show `text` in the status area, whole (an error: `status.warn`)."""
+        self.status.say(text)
 
     def save_settings(self) -> None:
         """Remember the choices for the next session (the API key is never stored)."""

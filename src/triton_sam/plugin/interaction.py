@@ -48,6 +48,7 @@ class Interaction:
         set_status: Callable[[str], None],
         failed: Callable[[Exception], None],
         on_preview_shown: Callable[[Preview], None],
+        show_telemetry: Callable[[str], None],
     ) -> None:
         self.viewer = viewer
         self.encoding = encoding
@@ -55,7 +56,7 @@ class Interaction:
         self.prompts = self.box = None
         self.cursor = None
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
-        self._on_preview_shown = on_preview_shown
+        self._on_preview_shown, self._show_telemetry = on_preview_shown, show_telemetry
 
     @property
     def session(self):
@@ -196,7 +197,7 @@ class Interaction:
             self._on_preview_shown(preview)
         stats = session.stats
         if preview is not None and stats.latencies_s:
-            self._set_status(
-                f"{session.engine.describe()} · preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
+            self._show_telemetry(
+                f"Last preview in {stats.latencies_s[-1] * 1000:.0f} ms · "
                 f"{stats.hovers_delivered} of {stats.events} mouse moves previewed"
             )

@@ -56,7 +56,7 @@ class LabelPropagation:
         self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm, *, on_finished: Callable[[], None]
     ) -> None:
         self._viewer, self._encoding, self._form = viewer, encoding, form
-        self._set_status = form.set_status
+        self._set_status, self._warn = form.set_status, form.status.warn
         self._on_finished = on_finished
         self._predictor: VolumePredictor | None = None
         self._predictor_for: tuple | None = None
@@ -192,7 +192,7 @@ class LabelPropagation:
 
         def error(exception: Exception) -> None:
             failed.append(exception)
-            self._set_status(f"Error while propagating {what} (planes done: {len(done)}): {exception}")
+            self._warn(f"Error while propagating {what} (planes done: {len(done)}): {exception}")
 
         worker.yielded.connect(write)
         worker.errored.connect(error)

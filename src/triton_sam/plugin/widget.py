@@ -17,15 +17,16 @@ from functools import partial
 import napari
 import numpy as np
 from napari.layers import Image
+from napari.utils.theme import get_theme
 from qtpy.QtCore import QEvent, QSignalBlocker, QTimer, Signal
 from qtpy.QtWidgets import QVBoxLayout, QWidget
 from superqt.utils import ensure_main_thread
 
 from ..engines import create_engine, offered_models
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, ServerBusyError, ServerUnavailableError
 from ..features import FeatureCache, default_disk_dir
 from ..registry import MODELS
-from ..session import InteractiveSession
+from ..session import UNDECODED, InteractiveSession
 from . import bindings, layers
 from .automatic import AutomaticSegmentation
 from .encoding import PlaneEncoding
@@ -36,6 +37,9 @@ from .workers import make_worker
 
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
+READY = f"Ready: hover to preview, click to add a point, {bindings.KEYS['commit']} to commit."
+NOT_ANSWERING = "Server not answering: your prompts are kept. Move the mouse once it answers to preview them again."
+NOT_DECODED = "The decode failed: your prompts are kept."
 
 
 class TritonSamWidget(QWidget):
@@ -76,6 +80,7 @@ class TritonSamWidget(QWidget):
             set_status=self.form.set_status,
             failed=self._failed,
             on_preview_shown=self.preview_shown.emit,
+            show_telemetry=self._previewed,
         )
         self._chosen: Image | None = None  # the image layer being started on
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
@@ -104,6 +109,7 @@ class TritonSamWidget(QWidget):
         # Python side alive: the engine goes when the Qt side does.
         self.destroyed.connect(partial(_let_go_of, weakref.ref(self)))
         self._hook()
+        self._theme_changed()
         self._refresh_layers()
         layers.import_for_labels()
 
@@ -114,6 +120,7 @@ class TritonSamWidget(QWidget):
         self.viewer.dims.events.current_step.connect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.connect(self._on_canvas_crossed)
+        self.viewer.events.theme.connect(self._theme_changed)
         bindings.camera(self.viewer).events.center.connect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.connect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
@@ -131,6 +138,7 @@ class TritonSamWidget(QWidget):
         self.viewer.dims.events.current_step.disconnect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
         self.viewer.events.mouse_over_canvas.disconnect(self._on_canvas_crossed)
+        self.viewer.events.theme.disconnect(self._theme_changed)
         bindings.camera(self.viewer).events.center.disconnect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.disconnect(self.encoding.view_moved)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
@@ -217,7 +225,7 @@ class TritonSamWidget(QWidget):
             engine.close()
             self._failed(error)
             return
-        session = InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._failed)
+        session = InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._decode_failed)
         large = session.is_tiled(layers.plane_shape(self._chosen))
         layer = layers.preview_layer(self.viewer, self._chosen, window=large)
         self.interaction.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
@@ -244,7 +252,7 @@ class TritonSamWidget(QWidget):
         self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
         self.viewer.layers.selection.active = self.image
         self.encoding.follow(self.image)
-        self.say_ready(f"{session.engine.describe()}: ready.")
+        self.form.status.show_engine(session.engine.describe())
         self.encoding.step_moved()
 
     def out_of_step(self) -> str | None:
@@ -274,7 +282,7 @@ class TritonSamWidget(QWidget):
             self.interaction.clear_preview()
             self.form.set_status(why)
         elif self.session is not None:
-            self.say_ready(f"{self.session.engine.describe()}: ready.")
+            self.say_ready()
             self.interaction.preview_at_cursor()
 
     def _enable_stack_controls(self, name: str = "") -> None:
@@ -286,7 +294,34 @@ class TritonSamWidget(QWidget):
 
     @ensure_main_thread
     def _failed(self, error: Exception) -> None:
-        self.form.set_status(f"Error: {error}")
+        """An error, whole (it says what to do), in the warning colour; one of the server's passes
+        once a preview shows again."""
+        trouble = isinstance(error, (ServerUnavailableError, ServerBusyError)) or str(error) == UNDECODED
+        self.form.status.warn(f"Error: {error}", engine_trouble=trouble)
+
+    @ensure_main_thread
+    def _decode_failed(self, error: Exception) -> None:
+        """A decode failed (the session's `on_error`): with an object in progress, the status says
+        first that its prompts are kept (the next move decodes them again)."""
+        session = self.session
+        if session is None or session.object.empty:
+            self.form.status.warn(f"Error: {error}", engine_trouble=True)
+            return
+        headline = NOT_ANSWERING if isinstance(error, ServerUnavailableError) else NOT_DECODED
+        self.form.status.warn(f"{headline}\n{error}", engine_trouble=True)
+
+    def _previewed(self, figures: str) -> None:
+        """A preview was shown: its `figures` (latency, moves previewed) go to the status's tooltip,
+        the engine label follows the engine (Auto may have gone local), and an error of the engine is over."""
+        status = self.form.status
+        status.set_figure("preview", figures)
+        status.show_engine(self.session.engine.describe())
+        if status.engine_trouble:
+            self.say_ready()
+
+    def _theme_changed(self, event=None) -> None:
+        """Errors are shown in the warning colour of the viewer's theme."""
+        self.form.status.set_warning_colour(get_theme(self.viewer.theme).warning.as_hex())
 
     def _on_new_pixels(self, same_layout: bool) -> None:
         """The layer's data was replaced (a filter, a plugin): propagating and Segment all, which
@@ -341,7 +376,7 @@ class TritonSamWidget(QWidget):
             return
         if self.viewer.dims.ndisplay == 3:
             self.session.leave()
-        self.say_ready(f"{self.session.engine.describe()}: ready.")
+        self.say_ready()
 
     def _on_canvas_crossed(self, event=None) -> None:
         """The cursor left the canvas (for the panel, another window): its preview goes, the object
@@ -352,9 +387,15 @@ class TritonSamWidget(QWidget):
         if self.interaction.interactive():
             self.session.leave()
 
-    def say_ready(self, text: str) -> None:
-        """Show news of encoding, unless the view is 3D: then the 3D hint stays (work may finish after the switch)."""
-        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else text)
+    def say_ready(self, news: str = "", figures: str = "") -> None:
+        """The plane on screen is ready (the status says how to segment), or `news` of its encoding
+        came; `figures` (how long it took) go to the tooltip, the engine to its label. In 3D view the
+        3D hint stays (work may finish after the switch)."""
+        if self.session is not None:
+            self.form.status.show_engine(self.session.engine.describe())
+        if figures:
+            self.form.status.set_figure("encoding", figures)
+        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else news or READY)
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
@@ -380,6 +421,7 @@ class TritonSamWidget(QWidget):
         self.encoding.follow(None)
         self._let_go()
         self.interaction.clear_preview()
+        self.form.status.show_engine(None)
 
     def _let_go(self) -> None:
         """Stop all work and drop the engine, in Python only (also when the Qt side is already deleted)."""
