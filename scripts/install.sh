@@ -14,4 +14,4 @@ python -m pip install -q torch==2.14.1 torchvision==0.29.1
 SAM2_BUILD_CUDA=0 python -m pip install -q --no-build-isolation sam2==1.1.0
 python -m pip install -q -e ".[export,test,bench]"
 triton-sam server-env --path .venv-server
-echo "Installed into .venv: activate it with '. .venv/bin/activate'; 'triton-sam serve' uses .venv-server"
+echo "Installed into .venv: activate it with '. .venv/bin/activate'; 'triton-sam serve' from .venv uses .venv-server, from any directory"

@@ -67,7 +67,13 @@ def require_export_extra():
 
 
 @pytest.fixture(scope="session")
-def exported_repository(tmp_path_factory):
+def export_stderr():
+    """What each export of `exported_repository` wrote to stderr, by model id."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def exported_repository(tmp_path_factory, export_stderr):
     """`exported_repository(model_id)`: a repository holding that model with seeded random weights,
     exported through our own export code (once per model and test run)."""
     repositories = {}
@@ -82,6 +88,7 @@ def exported_repository(tmp_path_factory):
             done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
             if done.returncode:
                 pytest.fail(f"triton-sam {' '.join(command)} failed:\n{done.stderr[-4000:]}")
+            export_stderr[model_id] = done.stderr
             repositories[model_id] = repository
         return repositories[model_id]
 

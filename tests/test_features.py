@@ -1,6 +1,7 @@
 """The embedding cache: keyed by content, bounded in megabytes, one encode per image."""
 
 import io
+import logging
 import threading
 import time
 
@@ -112,6 +113,23 @@ def test_the_disk_cache_makes_a_new_session_instant_and_is_keyed_by_weights(synt
     engine.weights_id = "synthetic-b"  # other weights: never reuse their features
     FeatureCache(engine, disk_dir=tmp_path).features(_image(7))
     assert engine.encodes == 2
+
+
+def test_an_engine_that_names_no_weights_keeps_nothing_on_disk_and_the_log_says_so_once(
+    synthetic_repository, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr("triton_sam.features._UNNAMED_WEIGHTS_SAID", set())
+    engine = create_engine(TINY, "local", synthetic_repository)
+    assert engine.weights_id is None  # the synthetic export's metadata names no checkpoint or seed
+    with caplog.at_level(logging.WARNING, logger="triton_sam.features"):
+        for value in (1, 2):
+            FeatureCache(engine, disk_dir=tmp_path).features(_image(value))
+        FeatureCache(engine).features(_image(3))  # no disk cache asked for: nothing to say
+    assert disk_files(tmp_path) == []
+    assert [record.getMessage() for record in caplog.records] == [
+        f"Image features are not kept on disk: {engine.describe()} does not say which weights made them, "
+        "and features of unknown weights are never reused."
+    ]
 
 
 def _damaged(kind: str, good: bytes, arrays: dict[str, np.ndarray]) -> bytes:

@@ -47,7 +47,8 @@ def _models_listing(repository) -> str:
 
 
 def test_random_weight_exports_are_marked_in_models_and_the_engine(tmp_path):
-    """`--random-init` exports make noise, not masks: `triton-sam models` and the engine's status say so."""
+    """`--random-init` exports make noise, not masks: `triton-sam models` and the engine's status say
+    so. Their seed names their weights, for the disk cache as a checkpoint's hash does."""
     from triton_sam.engines.local import LocalEngine
 
     write_repository(TINY, tmp_path)
@@ -58,6 +59,7 @@ def test_random_weight_exports_are_marked_in_models_and_the_engine(tmp_path):
     listed = _models_listing(tmp_path)
     assert f"{TINY.model_id:28s} exported (random weights: the interface works, masks are noise)" in listed
     assert "random weights: masks are noise" in LocalEngine(locate(TINY, tmp_path)).describe()
+    assert locate(TINY, tmp_path).weights_id == f"{TINY.model_id}-seed-0"  # the disk cache keeps their features under it
 
 
 def test_an_export_under_the_previous_contract_is_refused_with_how_to_export_again(tmp_path):

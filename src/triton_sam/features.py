@@ -3,13 +3,16 @@
 The key is a hash of the encoder input (the plane as sent) and the model id: the same plane
 shown with the same contrast hits the cache whatever layer or file it came from. Optionally the
 features are also kept on disk (one `.npz` per image, under the weights' id), so that reopening a
-dataset is instant; features a server keeps are not written. The disk cache is bounded (a SAM2.1
+dataset is instant; features a server keeps are not written. Exports from random weights are
+named by their seed, so they are kept like any checkpoint's; an engine that does not name its
+weights keeps nothing on disk, and the log says so once. The disk cache is bounded (a SAM2.1
 plane's features are 16 MiB: a long session over stacks would otherwise fill a laptop's disk): past
 the bound the files used least recently go, whichever model wrote them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import threading
@@ -24,6 +27,8 @@ from platformdirs import user_cache_dir
 from .engines import Engine, ImageFeatures
 from .errors import InvalidInputError
 from .server.models.triton_sam_arrays import content_signature  # the handle a server gives the same features
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE_MB = 1024
 ENV_DISK_GB = "TRITON_SAM_DISK_CACHE_GB"
@@ -71,6 +76,20 @@ def prune_disk(disk_dir: str | Path, max_bytes: int) -> int:
     return removed
 
 
+_UNNAMED_WEIGHTS_SAID: set[str] = set()  # the kinds of engine the log said it of
+
+
+def _say_not_kept(engine: Engine) -> None:
+    """Say, once a process for each kind of engine, that the disk cache keeps nothing of `engine`'s."""
+    if type(engine).__name__ not in _UNNAMED_WEIGHTS_SAID:
+        _UNNAMED_WEIGHTS_SAID.add(type(engine).__name__)
+        logger.warning(
+            "Image features are not kept on disk: %s does not say which weights made them, "
+            "and features of unknown weights are never reused.",
+            engine.describe(),
+        )
+
+
 class FeatureCache:
     """Least-recently-used features of encoded images, bounded in megabytes; thread-safe.
 
@@ -90,6 +109,7 @@ class FeatureCache:
         self.engine = engine
         self.max_bytes = int(max_mb * 2**20)
         weights = engine.weights_id
+        self.disk_wanted = disk_dir is not None
         self.disk_root = Path(disk_dir) if disk_dir is not None and weights else None
         self.disk_dir = self.disk_root / weights if self.disk_root is not None else None
         if disk_max_mb is None:
@@ -206,7 +226,11 @@ class FeatureCache:
 
     def _save(self, key: str, features: ImageFeatures) -> None:
         """Write features atomically (temp file + rename); server-side features have nothing to write."""
-        if self.disk_dir is None or features.on_server:
+        if features.on_server:
+            return
+        if self.disk_dir is None:
+            if self.disk_wanted:
+                _say_not_kept(self.engine)
             return
         self.disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # features describe the user's images
         handle, temp = tempfile.mkstemp(dir=self.disk_dir, suffix=".tmp")

@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -83,13 +84,54 @@ def test_tensorrt_settings_are_dropped_from_the_view(tmp_path):
     assert "tensorrt" not in served and "KIND_GPU" not in served
 
 
-def test_a_missing_server_environment_says_how_to_create_one(monkeypatch, tmp_path):
+def _no_server_python_but_beside(monkeypatch, tmp_path, environment):
+    """Run from an empty directory in `environment` (a virtual environment's path), without
+    pytriton here or `triton-sam server-env`'s default."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TRITON_SAM_SERVER_PYTHON", str(tmp_path / "nope"))
+    monkeypatch.delenv("TRITON_SAM_SERVER_PYTHON", raising=False)
     monkeypatch.setattr("triton_sam.server.local.default_server_env", lambda: tmp_path / "none")
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(TritonSamError, match="triton-sam server-env"):
+    monkeypatch.setattr(sys, "prefix", str(environment))
+
+
+def test_a_missing_server_environment_says_how_to_create_one_and_where_it_looked(monkeypatch, tmp_path):
+    _no_server_python_but_beside(monkeypatch, tmp_path, tmp_path / "project" / ".venv")
+    monkeypatch.setenv("TRITON_SAM_SERVER_PYTHON", str(tmp_path / "nope"))
+    with pytest.raises(TritonSamError, match="triton-sam server-env") as missing:
         find_server_python()
+    looked = str(missing.value).split("Looked at: ", 1)[1]
+    assert looked.split("; ") == [
+        "--server-python (not given)",
+        f"$TRITON_SAM_SERVER_PYTHON {tmp_path / 'nope'}",
+        f"this python {sys.executable} (no pytriton)",
+        f"{tmp_path / '.venv-server/bin/python'} (in the current directory)",
+        f"{tmp_path / 'project/.venv-server/bin/python'} (beside this python's environment)",
+        f"{tmp_path / 'none/bin/python'} (`triton-sam server-env`'s default).",
+    ]
+
+
+def test_the_server_environment_beside_this_ones_is_found_from_any_directory(monkeypatch, tmp_path):
+    """scripts/install.sh makes .venv-server beside .venv: `serve` finds it wherever it starts."""
+    server_python = tmp_path / "project" / ".venv-server" / "bin" / "python"
+    server_python.parent.mkdir(parents=True)
+    server_python.touch()
+    (tmp_path / "elsewhere").mkdir()
+    _no_server_python_but_beside(monkeypatch, tmp_path / "elsewhere", tmp_path / "project" / ".venv")
+    assert find_server_python() == server_python
+    assert find_server_python(tmp_path / "chosen") == server_python  # a missing explicit python: the next place
+    (tmp_path / "chosen").touch()
+    monkeypatch.setenv("TRITON_SAM_SERVER_PYTHON", str(tmp_path / "chosen"))
+    assert find_server_python() == tmp_path / "chosen"  # --server-python and $TRITON_SAM_SERVER_PYTHON come first
+
+
+def test_the_checkouts_server_environment_is_found_from_another_directory(monkeypatch, tmp_path):
+    """As scripts/install.sh leaves a checkout (CI's): .venv-server beside the .venv running the tests."""
+    checkout_server = Path(sys.prefix).parent / ".venv-server" / "bin" / "python"
+    if not checkout_server.is_file():
+        missing = f"no server environment beside this one ({checkout_server})"
+        pytest.fail(missing) if os.environ.get("CI") else pytest.skip(missing)
+    _no_server_python_but_beside(monkeypatch, tmp_path, sys.prefix)
+    assert find_server_python() == checkout_server
 
 
 def test_on_a_gpu_the_server_environment_also_gets_onnx_runtimes_cuda_libraries():

@@ -12,6 +12,7 @@ from torch import nn
 from .. import contract
 from ..registry import ModelSpec
 from .fast_mask_decoder import fast_mask_decoder
+from .quiet import TRACE, ignoring
 
 OPSET = 18  # Resize with antialias (the encoder's resize)
 # Above this, weights go to `model.onnx.data` next to `model.onnx`: protobuf cannot hold 2 GB
@@ -47,7 +48,7 @@ def export_onnx(
     path = Path(path)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         exported = Path(scratch) / path.name
-        with torch.no_grad(), fast_mask_decoder(module):
+        with torch.no_grad(), fast_mask_decoder(module), ignoring(TRACE):
             torch.onnx.export(
                 module,
                 args,

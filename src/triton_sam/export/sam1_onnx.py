@@ -23,6 +23,7 @@ from ..registry import ModelSpec
 from . import sam2_onnx
 from .checkpoint import with_weights
 from .onnx_file import export_decoder_module, half_copy, param_dtype
+from .quiet import MOBILE_SAM_IMPORT, ignoring
 
 # SAM1 has no object-score head: report "object present" (sigmoid ~ 1) for the shared contract.
 OBJECT_PRESENT_LOGIT = 10.0
@@ -31,7 +32,8 @@ OBJECT_PRESENT_LOGIT = 10.0
 def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | None = None) -> nn.Module:
     """The official SAM1 / MobileSAM model of `spec`: random weights (seeded) or a checkpoint's."""
     if spec.family == "mobile_sam":
-        from mobile_sam import sam_model_registry
+        with ignoring(MOBILE_SAM_IMPORT):
+            from mobile_sam import sam_model_registry
     else:
         from segment_anything import sam_model_registry
 

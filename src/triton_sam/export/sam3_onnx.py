@@ -21,6 +21,7 @@ from ..registry import ModelSpec
 from . import sam2_onnx
 from .checkpoint import with_weights
 from .onnx_file import half_copy
+from .quiet import SAM3_BUILD, ignoring
 
 _MEAN = _STD = (0.5, 0.5, 0.5)
 
@@ -51,12 +52,14 @@ def cpu_safe_build() -> Iterator[None]:
 
 def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | None = None) -> nn.Module:
     """The official SAM3 tracker with its backbone: random weights (seeded) or a `sam3.pt`'s."""
-    from sam3 import model_builder
 
     def build() -> nn.Module:
-        with cpu_safe_build():
-            build_tracker = getattr(model_builder, spec.config)
-            return build_tracker(apply_temporal_disambiguation=False, with_backbone=True).eval()
+        with ignoring(SAM3_BUILD):
+            from sam3 import model_builder
+
+            with cpu_safe_build():
+                build_tracker = getattr(model_builder, spec.config)
+                return build_tracker(apply_temporal_disambiguation=False, with_backbone=True).eval()
 
     return with_weights(build, spec, checkpoint, seed)
 

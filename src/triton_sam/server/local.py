@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 import venv
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -64,18 +64,37 @@ def default_server_env() -> Path:
     return Path(user_data_dir("triton-sam")) / "server-env"
 
 
-def find_server_python(explicit: str | Path | None = None) -> Path:
-    """The interpreter of an environment with nvidia-pytriton (see module docstring)."""
-    candidates = [explicit, os.environ.get(ENV_SERVER_PYTHON)]
+def _server_python_candidates(explicit: str | Path | None) -> Iterator[tuple[str | Path | None, str]]:
+    """Where `find_server_python` looks, in order: the python there (None: nothing to look at) and
+    the place in words."""
+    yield explicit, f"--server-python {explicit or '(not given)'}"
+    named = os.environ.get(ENV_SERVER_PYTHON)
+    yield named, f"${ENV_SERVER_PYTHON} {named or '(not set)'}"
     if importlib.util.find_spec("pytriton") is not None:
-        candidates.append(sys.executable)
-    candidates += [Path(".venv-server/bin/python"), default_server_env() / "bin" / "python"]
-    for candidate in candidates:
+        yield sys.executable, sys.executable
+    else:
+        yield None, f"this python {sys.executable} (no pytriton)"
+    yield Path(".venv-server/bin/python").absolute(), "in the current directory"
+    if sys.prefix != sys.base_prefix:  # a virtual environment: scripts/install.sh makes .venv-server beside .venv
+        yield Path(sys.prefix).parent / ".venv-server" / "bin" / "python", "beside this python's environment"
+    yield default_server_env() / "bin" / "python", "`triton-sam server-env`'s default"
+
+
+def find_server_python(explicit: str | Path | None = None) -> Path:
+    """The interpreter of an environment with nvidia-pytriton (see module docstring): the first of
+    `explicit` (`serve --server-python`), $TRITON_SAM_SERVER_PYTHON, this interpreter if it has
+    pytriton, `.venv-server` in the current directory, `.venv-server` beside the virtual
+    environment this runs in (where scripts/install.sh makes it: found whatever directory `serve`
+    starts in), and the environment `triton-sam server-env` makes by default."""
+    looked = []
+    for candidate, place in _server_python_candidates(explicit):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
+        looked.append(place if candidate is None or str(candidate) in place else f"{candidate} ({place})")
     raise TritonSamError(
         "No environment with nvidia-pytriton found. Create one with `triton-sam server-env` "
-        f"(or point ${ENV_SERVER_PYTHON} at the python of an environment that has {', '.join(SERVER_PACKAGES)})."
+        f"(or point ${ENV_SERVER_PYTHON} at the python of an environment that has {', '.join(SERVER_PACKAGES)}). "
+        "Looked at: " + "; ".join(looked) + "."
     )
 
 
