@@ -38,6 +38,14 @@ def whole(shape: tuple[int, ...]) -> Region:
     return tuple(slice(0, n) for n in shape)
 
 
+def write_tiff(path: Path, labels: np.ndarray, level: int = 1) -> None:
+    """Write `labels` to a TIFF atomically (a stack as pages), zlib-compressed at `level`, in the
+    smallest unsigned type its ids fit (uint8, uint16 or uint32)."""
+    stored = labels.astype(np.min_scalar_type(int(labels.max(initial=0))))
+    options = {"photometric": "minisblack", "compression": "zlib", "compressionargs": {"level": level}}
+    write_atomic(path, lambda file: tifffile.imwrite(file, stored, **options))
+
+
 class TiffLabels:
     """A plane's labels as one TIFF, rewritten whole (atomically) by every write."""
 
@@ -58,8 +66,7 @@ class TiffLabels:
     def write(self, region: Region, crop: np.ndarray) -> None:
         labels = self.read(whole(self.shape))
         labels[region] = crop
-        stored = labels.astype(np.min_scalar_type(int(labels.max())))  # uint8, uint16 or uint32
-        write_atomic(self.path, lambda file: tifffile.imwrite(file, stored, compression="zlib", compressionargs={"level": 1}))
+        write_tiff(self.path, labels)
 
 
 class ZarrLabels:

@@ -15,11 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import tifffile
 from skimage.measure import regionprops
 
-from .files import write_atomic, write_json
-from .labels import ImageLabels
+from .files import write_json
+from .labels import ImageLabels, write_tiff
 
 COCO_FILE = "coco.json"
 LABELS_FOLDER = "labels"
@@ -59,8 +58,7 @@ def export(images: Sequence[tuple[Path, ImageLabels]], out_dir: Path, progress: 
     for done, (path, labels) in enumerate(images, 1):
         stored = labels.read()
         label_file = f"{LABELS_FOLDER}/{labels.stem}.tif"
-        small = stored.astype(np.min_scalar_type(int(stored.max(initial=0))))
-        write_atomic(out_dir / label_file, lambda file, small=small: tifffile.imwrite(file, small, compression="zlib"))
+        write_tiff(out_dir / label_file, stored, level=6)
         planes = [((), stored)] if stored.ndim == 2 else [((z,), plane) for z, plane in enumerate(stored)]
         for plane_index, plane in planes:
             image_id = len(coco["images"]) + 1
