@@ -89,11 +89,12 @@ class ZarrLabels:
     def write(self, region: Region, crop: np.ndarray) -> None:
         array = self._opened()
         array[region] = crop  # zarr (>= 3.1.3) writes each chunk to a temporary file and renames it into place
-        for key in self._chunk_keys(array, region):  # on disk before the journal goes
-            chunk = self.path / key
-            if chunk.exists():  # a chunk that became all zeros is deleted instead
+        chunks = [self.path / key for key in self._chunk_keys(array, region)]
+        for chunk in chunks:  # on disk before the journal goes
+            if chunk.exists():  # (a chunk that became all zeros is deleted instead)
                 sync_file(chunk)
-                sync_folder(chunk.parent)
+        for folder in {chunk.parent for chunk in chunks if chunk.parent.exists()}:
+            sync_folder(folder)
 
     def _opened(self) -> zarr.Array:
         if self._array is None:
