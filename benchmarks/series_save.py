@@ -43,8 +43,7 @@ def time_saves(side: int, commits: int, folder: Path, seed: int = 0) -> dict:
         start = time.perf_counter()
         series.save_object(0, committed)
         samples.append(time.perf_counter() - start)
-    kind = series._images[0].labels.store.suffix.rsplit(".", 1)[1]
-    return {"side": side, "labels": kind, **summarize(samples, (95,)), "max_ms": max(samples) * 1000}
+    return {"side": side, "labels": series.label_file(0).suffix[1:], **summarize(samples, (95,)), "max_ms": max(samples) * 1000}
 
 
 def main(argv: list[str] | None = None) -> None:

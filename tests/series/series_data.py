@@ -121,7 +121,7 @@ def run_and_crash(folder: str, output: str, k: int, stage: str) -> None:
         return wrapped
 
     series = AnnotationSeries.open(Path(folder), Path(output))
-    store = type(series._images[planned_commits()[k][0]].labels.store)
+    store = labels.ZarrLabels if series.label_file(planned_commits()[k][0]).suffix == ".zarr" else labels.TiffLabels
     if stage == "writing the journal":  # its temporary file written, not renamed into place
         replace = os.replace
         files.os.replace = lambda a, b: die() if str(b).endswith(".commit.npz") else replace(a, b)

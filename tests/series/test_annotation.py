@@ -69,6 +69,7 @@ def test_a_series_opens_a_folder_of_images_in_natural_order(images, tmp_path):
     assert (series.index, len(series), str(series.progress)) == (0, 5, "0 of 5 done")
     assert series.image(1).shape == (40, 56, 3) and series.image(STACK).shape == SHAPES[STACK]
     assert (tmp_path / "out" / MANIFEST).is_file()
+    assert [series.label_file(i).name for i in (0, LARGE, STACK)] == ["img1.labels.tif", "large.labels.zarr", "stack.labels.zarr"]
     assert AnnotationSeries.open(images).output == images / "triton-sam-labels"  # the default
     shutil.rmtree(images / "triton-sam-labels")
 

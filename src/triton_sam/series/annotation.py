@@ -164,6 +164,10 @@ class AnnotationSeries:
         """The saved labels (uint32) of an image (the current one by default); zeros before its first save."""
         return self._image(index).labels.read()
 
+    def label_file(self, index: int | None = None) -> Path:
+        """Where an image's labels are (the current one's by default): a `.labels.tif`, or a `.labels.zarr` folder."""
+        return self._image(index).labels.store.path
+
     def objects(self, index: int | None = None) -> dict[int, dict]:
         """Each saved object of an image: id -> provenance, with its "plane" (the stack index, [] on a 2D image)."""
         return dict(self._image(index).labels.objects())
