@@ -282,8 +282,10 @@ def test_bad_saves_are_refused_and_change_nothing(images, tmp_path):
         series.save_object(0, Committed(None, mask, 1, {}), (0,))
     with pytest.raises(InvalidInputError, match="outside"):
         series.save_object(0, Committed(None, mask, 1, {}, (46, 0)), ())
-    with pytest.raises(InvalidInputError, match="empty"):
+    with pytest.raises(InvalidInputError, match="empty or not 2D"):
         series.save_object(0, Committed(None, ~mask, 1, {}), ())
+    with pytest.raises(InvalidInputError, match="empty or not 2D"):
+        series.save_object(0, Committed(None, mask[0], 1, {}), ())
     with pytest.raises(InvalidInputError, match="id 0"):
         series.save_object(0, Committed(None, mask, 0, {}), ())
     with pytest.raises(InvalidInputError, match="index 5"):

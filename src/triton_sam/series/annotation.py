@@ -182,9 +182,9 @@ class AnnotationSeries:
         if not 0 < committed.object_id <= _MAX_ID:
             raise InvalidInputError(f"Object id {committed.object_id} is not in 1..{_MAX_ID}.")
         mask = np.asarray(committed.mask, bool)
-        rows, columns = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-        if mask.ndim != 2 or rows.size == 0:
+        if mask.ndim != 2 or not mask.any():
             raise InvalidInputError("The object's mask is empty or not 2D; nothing was saved.")
+        rows, columns = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
         (y, x), (r0, r1, c0, c1) = committed.offset, (rows[0], rows[-1] + 1, columns[0], columns[-1] + 1)
         if y + r0 < 0 or x + c0 < 0 or y + r1 > image.shape[-2] or x + c1 > image.shape[-1]:
             raise InvalidInputError(f"The object's mask lies outside the image's {image.shape[-2:]} pixels; nothing was saved.")
