@@ -88,6 +88,17 @@ def start(qtbot, viewer, backend: str = "Local", **fields) -> TritonSamWidget:
     return widget
 
 
+def start_on_plane_0_then_slow(qtbot, viewer, stack, repository, monkeypatch, seconds: float = 1.0):
+    """Start on plane 0 of `stack`, and once plane 1 is encoded ahead make encodes `seconds`
+    slower: the image layer, the widget and the list of when each slow encode ended."""
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 0)
+    viewer.reset_view()
+    widget = start(qtbot, viewer, repository=repository)
+    qtbot.waitUntil(lambda: widget.session.cache.misses == 2, timeout=10000)  # plane 1, encoded ahead
+    return image, widget, slow_encodes(widget.session.engine, seconds, monkeypatch)
+
+
 def test_the_dock_widget_opens_by_plugin_name(viewer):
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     assert isinstance(widget, TritonSamWidget)
@@ -328,12 +339,7 @@ def test_scrubbing_back_to_a_cached_plane_while_another_encodes_keeps_the_plane_
     plane 0, ready, and previews it (the late encode once took the session to plane 2 and the panel
     ignored the mouse until the slider moved again)."""
     stack = np.stack([disk_image(H, W, [(80, 80, 40)]), disk_image(H, W, [(300, 150, 50)]), disk_image(H, W, [(200, 100, 30)])])
-    image = viewer.add_image(stack)
-    viewer.dims.set_current_step(0, 0)
-    viewer.reset_view()
-    widget = start(qtbot, viewer, repository=synthetic_repository)
-    qtbot.waitUntil(lambda: widget.session.cache.misses == 2, timeout=10000)  # plane 1, encoded ahead
-    encoded = slow_encodes(widget.session.engine, 1.0, monkeypatch)
+    image, widget, encoded = start_on_plane_0_then_slow(qtbot, viewer, stack, synthetic_repository, monkeypatch)
     viewer.dims.set_current_step(0, 2)
     qtbot.wait(200)
     viewer.dims.set_current_step(0, 0)

@@ -1,15 +1,23 @@
-"""Segment all from the dock widget: every object on the plane on screen (or in the view) into a
-new Labels layer, from the panel's engine and its cache of encoded planes.
+"""Segment all from the dock widget: every object on the plane on screen (or in the view), or on
+every plane of a stack, into a new Labels layer, from the panel's engine and its cache of encoded
+planes.
 
 The generator runs in a napari thread worker with a napari progress bar over its decoder
-batches; stopping cancels between batches (and the running call). The layer is made only when
-the run has finished, so a stopped run leaves nothing behind, and the objects layer is never
+batches; stopping cancels between batches (and the running call). One plane's layer is made only
+when the run has finished, so a stopped run leaves nothing behind, and the objects layer is never
 touched. The new layer covers just the region segmented, placed on its plane. A large plane is
-segmented where the view is, tile by tile at native resolution. `AutomaticSegmentation.toggle` is
-the Segment all button: it reads the panel's choices and says why a run cannot start.
+segmented where the view is, tile by tile at native resolution. On a stack, "All planes" segments
+every plane (the same region of each) into one layer of the stack's shape, made with the first
+objects found: planes are written as they finish, ids go on from plane to plane, and a stopped
+run keeps the planes done (one undo step while napari's history of them stays small; see
+`StackLabels`). `AutomaticSegmentation.toggle` is the Segment all button: it reads the panel's
+choices and says why a run cannot start.
 """
 
 from __future__ import annotations
+
+from contextlib import ExitStack
+from functools import partial
 
 import napari
 import numpy as np
@@ -28,8 +36,10 @@ from .form import SettingsForm
 from .workers import make_worker
 
 AUTOMATIC_SUFFIX = " [triton-sam automatic]"
-AUTOMATIC_KEY = "triton_sam_automatic"  # in the layer's metadata: image, plane, region, model, parameters
+AUTOMATIC_KEY = "triton_sam_automatic"  # in the layer's metadata: image, plane(s), region, model, parameters
 PLANE, VIEW = "plane", "view"
+MAX_STACK_LAYER_BYTES = 2 * 2**30  # the labels layer of a stack's Segment all (uint32) at most
+UNDO_HISTORY_BYTES = 256 * 2**20  # napari's undo history of a stack run's writes at most: beyond, it is let go
 Region = tuple[int, int, int, int]  # rows y0:y1, columns x0:x1 of the plane
 
 
@@ -51,21 +61,65 @@ def nothing_found(options: dict) -> str:
     )
 
 
-def add_automatic_layer(viewer, image: Image, index: tuple[int, ...], region: Region, labels: np.ndarray, record: dict) -> Labels:
-    """A Labels layer holding `labels` (the region's objects) where the region lies on plane `index`."""
-    y0, x0 = region[:2]
-    data = labels.reshape((1,) * len(index) + labels.shape)
-    translate = np.asarray(image.translate) + np.asarray((*index, y0, x0)) * np.asarray(image.scale)
+def stack_shape(image: Image) -> tuple[int, ...]:
+    """The sizes of the image's stacked axes (all but the plane's two and colour)."""
+    return tuple(image.data.shape[: image.ndim - 2])
+
+
+def add_automatic_layer(viewer, image: Image, data: np.ndarray, origin: tuple[int, ...], record: dict) -> Labels:
+    """A Labels layer holding `data`, whose first pixel lies at `origin` (data indices of `image`)."""
+    translate = np.asarray(image.translate) + np.asarray(origin) * np.asarray(image.scale)
     layer = viewer.add_labels(
-        data,
-        name=f"{image.name}{AUTOMATIC_SUFFIX}",
-        scale=image.scale,
-        translate=translate,
-        metadata={AUTOMATIC_KEY: record},
+        data, name=f"{image.name}{AUTOMATIC_SUFFIX}", scale=image.scale, translate=translate, metadata={AUTOMATIC_KEY: record}
     )
     objects = layers.existing_objects_layer(viewer, image)
     layers.place_above(viewer, objects if objects is not None else image, layer)
     return layer
+
+
+class StackLabels:
+    """The layer of a stack's Segment all, written a plane at a time on the GUI thread: made (zeros,
+    `shape`: the stack's axes, then the region's rows and columns) with the first plane that has
+    objects; each plane's ids follow on from those of the planes before. The writes are one undo
+    step on the layer (napari's `block_history`, closed by `close`) until napari's history of them
+    would pass `UNDO_HISTORY_BYTES`; then that history is let go and planes are written plainly."""
+
+    def __init__(self, viewer, image: Image, shape: tuple[int, ...], region: Region, record: dict) -> None:
+        self._viewer, self._image, self._shape, self._record = viewer, image, shape, record
+        self._origin = (0,) * (len(shape) - 2) + tuple(region[:2])
+        self.layer: Labels | None = None
+        self.objects = 0  # ids used so far
+        self.planes_done = record["planes"]  # indices of the planes written (in the layer's metadata)
+        self.undoable = True
+        self._history, self._history_bytes = ExitStack(), 0
+
+    def write(self, index: tuple[int, ...], labels: np.ndarray) -> None:
+        """Plane `index`'s objects (ids 1..n; 0: none) into the layer, as ids after those written."""
+        self.planes_done.append(list(index))
+        count = int(labels.max())
+        if count == 0:
+            return
+        if self.layer is None:
+            data = np.zeros(self._shape, np.uint32)
+            self.layer = add_automatic_layer(self._viewer, self._image, data, self._origin, self._record)
+            self._history.enter_context(self.layer.block_history())
+        ys, xs = np.nonzero(labels)
+        values = labels[ys, xs].astype(np.uint32) + np.uint32(self.objects)
+        self.objects += count
+        self._history_bytes += ys.size * (len(self._shape) * ys.itemsize + 2 * values.itemsize)  # indices, old and new
+        if self.undoable and self._history_bytes > UNDO_HISTORY_BYTES:
+            self._history.close()
+            self.layer.editable = False  # (napari lets go of a layer's history when it stops being editable)
+            self.layer.editable, self.undoable = True, False
+        if self.undoable:
+            self.layer.data_setitem(tuple(np.full(ys.size, i) for i in index) + (ys, xs), values)
+        else:
+            self.layer.data[index][ys, xs] = values
+            self.layer.refresh()
+
+    def close(self) -> None:
+        """The run is over: its writes become one undo step (if still undoable)."""
+        self._history.close()
 
 
 class AutomaticSegmentation:
@@ -86,8 +140,8 @@ class AutomaticSegmentation:
         return self._cancel is not None
 
     def toggle(self) -> None:
-        """Segment everything on the plane on screen (or in the view) into a new labels layer;
-        pressed again, stop."""
+        """Segment everything on the plane on screen (or in the view), or on every plane of a
+        stack with "All planes", into a new labels layer; pressed again, stop."""
         if self.running:
             self.stop()
             return
@@ -105,10 +159,28 @@ class AutomaticSegmentation:
                     f"show (now {len(tiles)}); each is segmented at native resolution."
                 )
                 return
-        session = encoding.session
-        self.start(encoding.image, encoding.index, where, session.engine, session.cache, form.automatic_options(), tiles)
+        session, image = encoding.session, encoding.image
+        if image.ndim > 2 and form.segments_all_planes():
+            self.start_stack(image, where, session.engine, session.cache, form.automatic_options(), tiles)
+        else:
+            self.start(image, encoding.index, where, session.engine, session.cache, form.automatic_options(), tiles)
         if self.running:
             form.segment_all_button.setText("Stop segmenting")
+
+    def _prepare(self, image: Image, where: str, engine: Engine, cache: FeatureCache, options: dict, tiles):
+        """The region to segment, the generator's crops of it and the generator; None when the
+        region is empty (the status says so)."""
+        if tiles:
+            region = min(t.y0 for t in tiles), min(t.x0 for t in tiles), max(t.y1 for t in tiles), max(t.x1 for t in tiles)
+        else:
+            region = region_of(image, where)
+        y0, x0, y1, x1 = region
+        if y1 <= y0 or x1 <= x0:
+            self._set_status("The view does not show the image: pan to it, or segment the whole plane.")
+            return None
+        crops = [(t.x0, t.y0, t.x1, t.y1) for t in tiles] if tiles else [(x0, y0, x1, y1)]
+        generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
+        return region, crops, generator
 
     def start(
         self,
@@ -122,18 +194,13 @@ class AutomaticSegmentation:
     ) -> None:
         """Segment everything in `where` (PLANE or VIEW) of plane `index` of `image`; a large plane's
         `tiles` (those in view) are prompted each at native resolution, with their cached features."""
-        if tiles:
-            region = min(t.y0 for t in tiles), min(t.x0 for t in tiles), max(t.y1 for t in tiles), max(t.x1 for t in tiles)
-        else:
-            region = region_of(image, where)
-        y0, x0, y1, x1 = region
-        if y1 <= y0 or x1 <= x0:
-            self._set_status("The view does not show the image: pan to it, or segment the whole plane.")
+        prepared = self._prepare(image, where, engine, cache, options, tiles)
+        if prepared is None:
             return
+        region, crops, generator = prepared
+        y0, x0, y1, x1 = region
         plane = layers.plane_data(image, index)  # read only where the generator crops it
-        crops = [(t.x0, t.y0, t.x1, t.y1) for t in tiles] if tiles else [(x0, y0, x1, y1)]
         contrast = layers.encoding_contrast(image)
-        generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
         bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
         cancel, over = CancelToken(), []
 
@@ -154,15 +221,9 @@ class AutomaticSegmentation:
             if count == 0:
                 self._set_status(nothing_found(options))
                 return
-            record = {
-                "image": image.name,
-                "plane": list(index),
-                "region": list(region),
-                "tiles": len(crops) if tiles else 0,
-                "model": engine.spec.model_id,
-                "parameters": options,
-            }
-            layer = add_automatic_layer(self._viewer, image, index, region, labels, record)
+            record = _record(image, engine, options, region, crops if tiles else [], plane=list(index))
+            data = labels.reshape((1,) * len(index) + labels.shape)
+            layer = add_automatic_layer(self._viewer, image, data, (*index, y0, x0), record)
             self._set_status(f"Segment all: {count} object{'s' if count > 1 else ''} in the new layer '{layer.name}'.")
 
         def failed(error: Exception) -> None:
@@ -173,22 +234,120 @@ class AutomaticSegmentation:
             else:
                 self._warn(f"Error in Segment all: {error}")
 
-        def finished() -> None:
-            over.append(True)
-            bar.close()
-            self._cancel = self._stopped_because = None
-            self._form.segment_all_button.setText("Segment all")
-
         worker = make_worker(run)
         worker.returned.connect(returned)
         worker.errored.connect(failed)
-        worker.finished.connect(finished)
+        worker.finished.connect(partial(self._finished, over, bar))
         self._cancel = cancel
         self._set_status(f"Segment all: {where} of {y1 - y0} x {x1 - x0} px ...")
         worker.start()
+
+    def start_stack(
+        self, image: Image, where: str, engine: Engine, cache: FeatureCache, options: dict, tiles: list[Tile] | None = None
+    ) -> None:
+        """Segment everything in `where` (PLANE or VIEW; of large planes the `tiles` in view) on
+        every plane of `image`, in the stack's order, into one layer (`StackLabels`) of the stack's
+        shape over that region; each plane is written as it is done."""
+        prepared = self._prepare(image, where, engine, cache, options, tiles)
+        if prepared is None:
+            return
+        region, crops, generator = prepared
+        y0, x0, y1, x1 = region
+        shape = (*stack_shape(image), y1 - y0, x1 - x0)
+        if 4 * int(np.prod(shape)) > MAX_STACK_LAYER_BYTES:
+            self._set_status(
+                f"Segment all on every plane would make a labels layer of {4 * np.prod(shape) / 2**30:.1f} GiB "
+                f"(more than {MAX_STACK_LAYER_BYTES / 2**30:g} GiB): choose 'Visible region' and zoom in, or untick "
+                "'All planes' to segment the plane on screen."
+            )
+            return
+        planes = list(np.ndindex(*shape[:-2]))
+        contrast = layers.encoding_contrast(image)
+        per_plane = generator.batches(layers.plane_shape(image), crops)
+        bar = progress(total=per_plane * len(planes), desc="triton-sam: segment all planes")
+        cancel, over, failures = CancelToken(), [], []
+        record = _record(image, engine, options, region, crops if tiles else [], planes=[])
+        written = StackLabels(self._viewer, image, shape, region, record)
+
+        def say_progress(number: int) -> None:
+            self._set_status(f"Segment all: plane {number} of {len(planes)}, {written.objects} objects so far.")
+
+        @ensure_main_thread
+        def advance(number: int, done: int, total: int) -> None:
+            if over or cancel.cancelled:
+                return  # news that arrives after the run's end (or stop) must not replace what it said
+            say_progress(number)
+            bar.update((number - 1) * per_plane + done - bar.n)  # last (see `start`)
+
+        def run():
+            for number, index in enumerate(planes, 1):
+                if cancel.cancelled:
+                    return
+                try:  # only the region's crops of the plane are read
+                    found = generator.find(layers.plane_data(image, index), contrast, partial(advance, number), cancel, crops)
+                except DecodeCancelled:
+                    return
+                yield index, label_image(found, shape[-2:], origin=(x0, y0))
+
+        def write(result: tuple[tuple[int, ...], np.ndarray]) -> None:
+            if cancel.cancelled:  # stopped: what was written stays (a plane done as the run stopped is let go)
+                return
+            written.write(*result)
+            if len(written.planes_done) < len(planes):
+                say_progress(len(written.planes_done) + 1)
+
+        def failed(error: Exception) -> None:
+            failures.append(error)
+            self._warn(f"Error in Segment all on plane {len(written.planes_done) + 1} of {len(planes)}: {error}")
+
+        def finished() -> None:
+            written.close()
+            if not failures:
+                self._set_status(self._stack_outcome(written, len(planes), options, cancel.cancelled))
+
+        worker = make_worker(run)
+        worker.yielded.connect(write)
+        worker.errored.connect(failed)
+        worker.finished.connect(finished)
+        worker.finished.connect(partial(self._finished, over, bar))
+        self._cancel = cancel
+        say_progress(1)
+        worker.start()
+
+    def _stack_outcome(self, written: StackLabels, planes: int, options: dict, stopped: bool) -> str:
+        """What a stack's run ended with, for the status."""
+        done = len(written.planes_done)
+        why = f" ({self._stopped_because})" if self._stopped_because else ""
+        if written.layer is None and not stopped:
+            return nothing_found(options)
+        if written.layer is None:
+            return f"Segment all stopped{why} after {done} of {planes} planes: no object found in them, so no layer was added."
+        undo = "Ctrl+Z on it undoes the run" if written.undoable else "too large to undo: delete the layer to undo"
+        return (
+            f"Segment all{' stopped' + why if stopped else ''}: {written.objects} objects on {done} of {planes} planes "
+            f"in the new layer '{written.layer.name}' ({undo})."
+        )
+
+    def _finished(self, over: list, bar: progress) -> None:
+        over.append(True)
+        bar.close()
+        self._cancel = self._stopped_because = None
+        self._form.segment_all_button.setText("Segment all")
 
     def stop(self, reason: str | None = None) -> None:
         """Cancel the running Segment all; `reason` goes in its last status."""
         if self._cancel is not None:
             self._stopped_because = reason
             self._cancel.cancel()
+
+
+def _record(image: Image, engine: Engine, options: dict, region: Region, crops: list, **where) -> dict:
+    """How a Segment all layer was made (its metadata): image, plane (or planes done), region, model, parameters."""
+    return {
+        "image": image.name,
+        **where,
+        "region": list(region),
+        "tiles": len(crops),
+        "model": engine.spec.model_id,
+        "parameters": options,
+    }

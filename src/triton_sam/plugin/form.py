@@ -129,6 +129,12 @@ class SettingsForm(QWidget):
         )
         self.region_box = QComboBox()
         self.region_box.addItems(list(REGIONS))
+        self.all_planes_check = QCheckBox("All planes")
+        self.all_planes_check.setChecked(True)
+        self.all_planes_check.setToolTip(
+            "On a stack: segment every plane (the same region of each) into one labels layer of the "
+            "stack's shape, planes filling in as they are done; off: the plane on screen only"
+        )
         self.points_per_side_spin = _spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
         self.pred_iou_spin = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
         self.stability_spin = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
@@ -200,6 +206,7 @@ class SettingsForm(QWidget):
         run = QHBoxLayout()
         run.addWidget(self.segment_all_button)
         run.addWidget(self.region_box)
+        run.addWidget(self.all_planes_check)
         rows.addRow(run)
         for label, field in (
             ("Points per side", self.points_per_side_spin),
@@ -231,6 +238,10 @@ class SettingsForm(QWidget):
     def chosen_region(self) -> str:
         """ "plane" or "view": what Segment all segments."""
         return REGIONS[self.region_box.currentText()]
+
+    def segments_all_planes(self) -> bool:
+        """Whether Segment all on a stack segments every plane (else the plane on screen)."""
+        return self.all_planes_check.isChecked()
 
     def automatic_options(self) -> dict:
         """The generator's parameters the form sets (the rest keep the official defaults)."""

@@ -291,6 +291,7 @@ class TritonSamWidget(QWidget):
         stacked = isinstance(layer, Image) and layer.ndim > 2
         self.form.stacks_group.setEnabled(stacked or self._propagation.running or self.encoding.encoding_all)  # can stop
         self.form.stacks_group.setToolTip("" if stacked else "For a stack of planes (z or t): choose a 3D or higher image layer.")
+        self.form.all_planes_check.setEnabled(stacked)  # (a 2D image has one plane)
 
     @ensure_main_thread
     def _failed(self, error: Exception) -> None:
