@@ -17,7 +17,8 @@ from superqt.utils import ensure_main_thread
 
 from ..errors import TritonSamError
 from ..session import ObjectInProgress, Preview
-from . import layers
+from . import bindings, layers
+from . import preview as previews
 from .encoding import PlaneEncoding
 from .workers import make_worker
 
@@ -52,7 +53,7 @@ class Interaction:
     ) -> None:
         self.viewer = viewer
         self.encoding = encoding
-        self.preview: layers.LivePreview | layers.WindowPreview | None = None
+        self.preview: previews.LivePreview | previews.WindowPreview | None = None
         self.prompts = self.box = None
         self.cursor = None
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
@@ -172,6 +173,11 @@ class Interaction:
         if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
             return
         layers.show_prompts(self.prompts, self.box, ObjectInProgress() if clear else self.session.prompts)
+
+    def zoomed(self, event=None) -> None:
+        """The camera zoomed: the preview's lines keep their width on screen."""
+        if self.preview is not None and self.preview.layer in self.viewer.layers:
+            self.preview.set_zoom(bindings.camera(self.viewer).zoom)
 
     def clear_preview(self) -> None:
         """Take the preview off the preview layer, if it is still there."""
