@@ -1138,6 +1138,37 @@ def test_the_preview_and_its_hint_are_outlines_that_no_label_colour_can_be_mista
     widget.close_session()
 
 
+def test_shift_n_shows_the_next_candidate_by_score_and_says_which(qtbot, viewer, synthetic_repository):
+    image, widget, preview = _started_on_disks(qtbot, viewer, synthetic_repository)
+    key(viewer, "cycle")
+    assert "No candidates to cycle: click on an object first" in widget.form.status.label.text()
+    click(viewer, world(image, 80, 80))
+    obj = widget.session.object
+    qtbot.waitUntil(lambda: obj.decoded_version == obj.version, timeout=10000)
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(image.data)
+        masks, scores, _ = predictor.predict(point_coords=[list(obj.points[0])], point_labels=[1])
+    ranked = [int(i) for i in np.argsort(-scores, kind="stable")]
+    assert len({m.tobytes() for m in masks}) == 3  # three masks to tell apart
+    qtbot.waitUntil(lambda: np.array_equal(_object(preview), masks[ranked[0]]), timeout=10000)
+    for place in (2, 3, 1, 2):  # after the last, the first again
+        key(viewer, "cycle")
+        said = widget.form.status.label.text()
+        assert f"candidate {place} of 3 by predicted IoU ({scores[ranked[place - 1]]:.2f})" in said, said
+        qtbot.waitUntil(lambda: np.array_equal(_object(preview), masks[ranked[place - 1]]), timeout=5000)  # noqa: B023
+        move(viewer, world(image, 300 + place, 150))  # hover previews on their way show the candidate chosen too
+        qtbot.waitUntil(lambda: preview.data[150, 300] in previews.HINT_LABELS, timeout=5000)
+        assert np.array_equal(_object(preview), masks[ranked[place - 1]])
+        move(viewer, world(image, 80, 80))
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
+    np.testing.assert_array_equal(objects.data == 1, masks[ranked[1]])  # the candidate shown is the one stored
+    assert objects.metadata[layers.PROVENANCE_KEY][1]["candidate"] == ranked[1]
+    widget.close_session()
+
+
 BIG_H, BIG_W = 2600, 6000  # tiled: 4 x 8 tiles of 1024 px
 BIG_DISKS = [(300, 300, 60), (1400, 896, 70), (5700, 2400, 40)]
 

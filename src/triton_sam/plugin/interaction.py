@@ -19,6 +19,7 @@ from ..errors import TritonSamError
 from ..session import ObjectInProgress, Preview
 from . import bindings, layers
 from . import preview as previews
+from .bindings import KEYS
 from .encoding import PlaneEncoding
 from .workers import make_worker
 
@@ -165,8 +166,18 @@ class Interaction:
             self.draw_prompts()
 
     def cycle(self) -> None:
-        if self.acts():
-            self.session.cycle_candidate()
+        """Show the object's next candidate mask by score, and say which ("candidate 2 of 3")."""
+        if not self.acts():
+            return
+        shown = self.session.cycle_candidate()
+        if shown is None:
+            self._set_status(f"No candidates to cycle: click on an object first ({KEYS['cycle']} shows its other masks).")
+            return
+        place, count = shown.place
+        self._set_status(
+            f"Showing candidate {place} of {count} by predicted IoU ({shown.score:.2f}): "
+            f"{KEYS['cycle']} for the next, {KEYS['commit']} commits it."
+        )
 
     def draw_prompts(self, clear: bool = False) -> None:
         """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
@@ -198,6 +209,7 @@ class Interaction:
         if preview is None:
             self.preview.show(None)
         else:
+            preview = session.as_now(preview)  # another candidate chosen since it was made: that one
             self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset, preview.step)
         if preview is not None:
             self._on_preview_shown(preview)
