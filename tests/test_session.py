@@ -15,7 +15,7 @@ from triton_sam.errors import TritonSamError
 from triton_sam.planes import cache_plane, cache_planes
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
-from triton_sam.session import InteractiveSession
+from triton_sam.session import InteractiveSession, ObjectInProgress
 from triton_sam.tiles import Tile
 from triton_sam.tiles import place as tiles_place
 
@@ -289,6 +289,30 @@ def test_cycle_candidates_undo_and_discard(session):
     session.add_point(80, 80)
     session.discard()
     assert session.object.empty and session.commit() is None
+
+
+def test_candidates_cycle_by_score_the_best_first_and_after_the_worst_the_best_again():
+    obj = ObjectInProgress(low_res=np.arange(3, dtype=np.float32).reshape(3, 1, 1), scores=np.array([0.7, 0.5, 0.9]), chosen=2)
+    chosen = []
+    for _ in range(4):
+        obj.choose_next(lambda low_res, tile: low_res > 0)
+        chosen.append(obj.chosen)
+    assert obj.ranked() == [2, 0, 1] and chosen == [0, 1, 2, 0]  # by score, not by the model's order
+
+
+def test_a_preview_made_before_another_candidate_was_chosen_shows_the_one_chosen(session):
+    session.add_point(80, 80)
+    first = session.previews.wait_for(lambda p: p is not None and p.candidate is not None)
+    assert first.place == (1, 3)
+    session.hover(300, 150)
+    hovered = session.previews.wait_for(lambda p: p is not None and p.hint is not None)
+    assert hovered.candidate == first.candidate and session.as_now(hovered) is hovered
+    cycled = session.cycle_candidate()  # Shift-N while the hover's preview was on its way
+    assert cycled.place == (2, 3) and cycled.candidate != first.candidate
+    now = session.as_now(hovered)
+    assert now.mask is cycled.mask and now.candidate == cycled.candidate and now.place == (2, 3)
+    assert now.hint is hovered.hint and now.point == hovered.point and now.seq == hovered.seq  # its hint kept
+    assert session.as_now(cycled) is cycled
 
 
 def test_planes_keep_their_own_embedding_object_and_never_show_each_other(session):

@@ -33,6 +33,7 @@ class Preview:
     hint: np.ndarray | None = None  # bool, at `hint_offset`; with prompts: the object with a point at `point` too
     point: tuple[float, float] | None = None  # the hover point, None for a prompt result
     candidate: int | None = None  # which multimask candidate (prompt results)
+    place: tuple[int, int] | None = None  # with `candidate`: its place by score (1: the best) of how many
     seq: int = 0  # the scheduler's sequence number, for a last `is_current` check
     t_event: float = 0.0  # when the event it answers happened (time.perf_counter)
     offset: Offset = (0, 0)
@@ -114,6 +115,15 @@ class ObjectInProgress:
         self.decoded_version, self.content = version, content
         self.choose(int(np.argmax(scores)), masks)
 
+    def ranked(self) -> list[int]:
+        """The candidates of the last decode, best score first (the first of equals first)."""
+        return [int(c) for c in np.argsort(-np.asarray(self.scores), kind="stable")]
+
+    def choose_next(self, masks: MasksOf) -> None:
+        """Make the next candidate by score the object's mask, after the worst the best again."""
+        ranked = self.ranked()
+        self.choose(ranked[(ranked.index(self.chosen) + 1) % len(ranked)], masks)
+
     def choose(self, candidate: int, masks: MasksOf) -> None:
         """Make `candidate` the object's mask."""
         self.chosen = candidate
@@ -131,7 +141,14 @@ class ObjectInProgress:
         if self.mask is None:
             first = plane.tiles[0]
             return Preview(plane.key, np.zeros(first.reduced_shape, bool), 0.0, offset=first.offset, tile=first)
-        score, tile = float(self.scores[self.chosen]), self.tile
+        score, tile, place = float(self.scores[self.chosen]), self.tile, (self.ranked().index(self.chosen) + 1, len(self.scores))
         return Preview(
-            plane.key, self.mask, score, candidate=self.chosen, offset=tile.offset, tile=tile, low_res=self.low_res[self.chosen]
+            plane.key,
+            self.mask,
+            score,
+            candidate=self.chosen,
+            place=place,
+            offset=tile.offset,
+            tile=tile,
+            low_res=self.low_res[self.chosen],
         )

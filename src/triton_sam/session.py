@@ -9,7 +9,7 @@ on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves n
   an extra positive point whose mask comes apart as a `hint`: what a click there would give.
   A preview's `mask` is always what `commit` stores.
 - Click / box: the prompt is recorded at once (never lost), then decoded with the previous round's
-  low-res logits; 3 candidates, best score first, `cycle_candidate` goes through them.
+  low-res logits; 3 candidates, the best scored shown, `cycle_candidate` goes through them by score.
 - `undo`, `discard`, `commit` (full-resolution mask plus a new object id). Each plane of a stack
   has its own embedding (cached by content) and its own object in progress.
 - Large planes (`planes`, `tiles`) are covered by tiles encoded on request (`encode_tiles`), not by
@@ -300,12 +300,13 @@ class InteractiveSession:
             return True
 
     def cycle_candidate(self) -> Preview | None:
-        """Show the next multimask candidate of the last prompt decode."""
+        """Show the next multimask candidate of the last prompt decode, by score (after the worst,
+        the best again); its `place` says which. None when there is none."""
         with self._lock:
             obj, plane = self.object, self._plane
             if obj.low_res is None or plane is None:
                 return None
-            obj.choose((obj.chosen + 1) % len(obj.low_res), self.decoder.masks)
+            obj.choose_next(self.decoder.masks)
             preview = obj.preview(plane)
         self._on_preview(preview)
         return preview
@@ -374,6 +375,21 @@ class InteractiveSession:
     def is_current(self, preview: Preview) -> bool:
         """Whether `preview` is still the newest result (a last check before showing it)."""
         return self._scheduler.is_current(preview.seq)
+
+    def as_now(self, preview: Preview) -> Preview:
+        """`preview` as its object is now (a last step before showing it): one of the object in
+        progress made before another of its candidates was chosen (Shift-N while it was on its way)
+        shows the one chosen, with its hint where both are of one step."""
+        with self._lock:
+            plane, obj = self._plane, self._objects.get(preview.plane)
+            if preview.candidate is None or plane is None or plane.key != preview.plane or obj is None or obj.mask is None:
+                return preview
+            if obj.mask is preview.mask:
+                return preview
+            now = replace(obj.preview(plane), seq=preview.seq, t_event=preview.t_event)
+        if preview.hint is None or now.step != preview.step:
+            return now
+        return replace(now, hint=preview.hint, point=preview.point, hint_offset=preview.hint_offset)
 
     def is_superseded(self, preview: Preview) -> bool:
         """Whether a newer hover was asked for after the one `preview` answers."""

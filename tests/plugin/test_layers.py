@@ -10,6 +10,7 @@ napari = pytest.importorskip("napari")
 from napari.layers import Image, Labels  # noqa: E402
 
 from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin import preview as previews  # noqa: E402
 
 
 def test_plane_index_and_pixel_coordinates_follow_scale_and_translate():
@@ -101,43 +102,7 @@ def test_each_image_gets_its_own_objects_layer_and_the_plugin_layers_sit_above_t
     preview = layers.preview_layer(viewer, second)  # Start on the other image: the preview moves with it
     assert [layer.name for layer in viewer.layers][-3:] == ["second", "second [triton-sam objects]", layers.PREVIEW_NAME]
     assert objects_second is not objects_first and layers.existing_objects_layer(viewer, first) is objects_first
-    np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)
-
-
-def test_a_preview_writes_only_the_pixels_that_change_and_keeps_no_history_beyond_its_budget(monkeypatch):
-    from napari.components import ViewerModel
-
-    viewer = ViewerModel()
-    image = viewer.add_image(np.zeros((300, 400)))
-    live = layers.LivePreview(layers.preview_layer(viewer, image))
-    updates = []
-    live.layer.events.labels_update.connect(lambda event: updates.append((event.offset, event.data.shape)))
-    mask, hint = np.zeros((300, 400), bool), np.zeros((300, 400), bool)
-    mask[10:20, 30:50] = True
-    hint[15:40, 30:60] = True
-    live.show(mask, hint)
-    assert np.array_equal(live.layer.data == 1, mask) and np.array_equal(live.layer.data == 2, hint & ~mask)
-    assert updates[-1] == ([10, 30], (30, 30))  # napari recoloured the changed box, not the plane
-    moved = np.roll(mask, 5, axis=1)
-    live.show(moved)
-    assert np.array_equal(live.layer.data == 1, moved) and not (live.layer.data == 2).any()
-    assert updates[-1] == ([10, 30], (30, 30))
-    count = len(updates)
-    live.show(moved)  # nothing changed: nothing written
-    assert len(updates) == count and not live.layer.editable
-
-    monkeypatch.setattr(layers, "PREVIEW_HISTORY_BYTES", 1000)
-    live.show(None)  # more than 1000 bytes of history: napari lets it go
-    assert not live.layer.data.any()
-    live.layer.undo()
-    assert not live.layer.data.any()  # nothing left to undo
-
-    half = np.zeros((300, 400), bool)
-    half[:, 200:] = True
-    live.show(half, moved)  # most of the plane changes: written whole
-    assert np.array_equal(live.layer.data == 1, half) and np.array_equal(live.layer.data == 2, moved)
-    live.show(mask)
-    assert np.array_equal(live.layer.data == 1, mask) and not (live.layer.data == 2).any()
+    np.testing.assert_allclose(preview.colormap.map(previews.OUTLINE), previews.OUTLINE_COLOR)
 
 
 def test_crops_at_offsets_are_written_where_they_belong_and_ids_widen_a_small_label_type():
@@ -148,42 +113,6 @@ def test_crops_at_offsets_are_written_where_they_belong_and_ids_widen_a_small_la
     assert objects.data[22:25, 33:37].tolist() == [[3] * 4] * 3 and int(objects.data.sum()) == 36
     assert layers.write_object(objects, (), crop, 70000, {}, offset=(0, 0)) == 12  # beyond uint16
     assert objects.data.dtype == np.uint32 and objects.data[3, 4] == 70000 and objects.data[23, 34] == 3
-
-
-def test_a_large_plane_preview_is_a_window_that_moves_only_when_a_preview_falls_outside_it():
-    from napari.components import ViewerModel
-
-    viewer = ViewerModel()
-    image = viewer.add_image(np.zeros((20000, 20000), np.uint16), scale=(0.5, 2.0), translate=(10.0, -4.0))
-    assert layers.preview_layer(viewer, image, window=True).data.shape == (layers.PREVIEW_WINDOW,) * 2
-    layer = viewer.add_labels(np.zeros((2048, 2048), np.uint8), scale=image.scale, translate=image.translate)
-    preview = layers.WindowPreview(layer)
-
-    def shown(y: int, x: int) -> int:
-        row, col = np.round(layer.world_to_data(image.data_to_world([y, x]))).astype(int)
-        return int(layer.data[row, col]) if 0 <= row < 2048 and 0 <= col < 2048 else 0
-
-    mask, hint = np.zeros((1024, 1024), bool), np.zeros((1024, 1024), bool)
-    mask[100:110, 200:230] = True
-    hint[0:5, 0:5] = True
-    preview.show(mask, hint, offset=(3000, 4000), hint_offset=(3108, 4228))
-    assert layer.data.shape == (2048, 2048) and int((layer.data > 0).sum()) == 300 + 25 - 4
-    for y, x, label in [(3100, 4200, 1), (3109, 4229, 1), (3111, 4230, 2), (3112, 4200, 0)]:
-        assert shown(y, x) == label, (y, x)
-    translate = tuple(layer.translate)
-    preview.show(mask, None, offset=(3500, 4500))  # still inside the window: written in place
-    assert tuple(layer.translate) == translate and shown(3600, 4700) == 1 and not shown(3100, 4200)
-    preview.show(mask, None, offset=(15000, 12000))  # far away: the window moves there
-    assert tuple(layer.translate) != translate and shown(15100, 12200) == 1 and int((layer.data > 0).sum()) == 300
-    preview.show(None)
-    assert not layer.data.any()
-    preview.show(mask, None, offset=(8000, 8000), step=4)  # zoomed out: a window pixel covers 4 x 4 plane pixels
-    np.testing.assert_allclose(layer.scale, np.asarray(image.scale) * 4)
-    assert shown(8400 + 1, 8800 + 2) == 1 and shown(8400 + 39, 8800 + 119) == 1 and not shown(8400 + 40, 8800)
-    assert int((layer.data > 0).sum()) == 300  # its pixels as they came: the mask at the tiles' resolution
-    preview.show(mask, None, offset=(3000, 4000))  # zoomed in again: full resolution, nothing left from before
-    np.testing.assert_allclose(layer.scale, image.scale)
-    assert shown(3100, 4200) == 1 and int((layer.data > 0).sum()) == 300
 
 
 def test_zoomed_out_tiles_are_as_coarse_as_screen_pixels_and_read_from_the_pyramid_levels_that_reduce_the_plane_only():

@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 import pytest
+from scipy import ndimage
 
 from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image, slow_encodes
@@ -23,6 +24,7 @@ from qtpy.QtTest import QTest  # noqa: E402
 
 from benchmarks.gui import send_mouse  # noqa: E402
 from triton_sam.plugin import bindings, layers  # noqa: E402
+from triton_sam.plugin import preview as previews  # noqa: E402
 from triton_sam.plugin.bindings import KEYS  # noqa: E402
 from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402
 
@@ -209,7 +211,7 @@ def test_hover_previews_the_object_under_the_cursor_on_a_scaled_non_square_image
     np.testing.assert_array_equal(preview.data.astype(bool), expected[0])
     assert not preview.data[80, 80]
     assert re.search(r"preview in \d+ ms · \d+ of \d+ mouse moves previewed$", widget.form.status.label.toolTip())  # plain words
-    np.testing.assert_allclose(preview.colormap.map(1), layers.PREVIEW_COLOR)  # one fixed colour
+    np.testing.assert_allclose(preview.colormap.map(previews.OUTLINE), previews.OUTLINE_COLOR)  # one fixed colour, an outline
 
     move(viewer, world(image, -40, 150))  # off the image: the preview goes
     qtbot.waitUntil(lambda: not preview.data.any(), timeout=5000)
@@ -318,7 +320,7 @@ def test_leaving_the_canvas_takes_the_hover_preview_and_keeps_the_object_in_prog
     move(viewer, world(image, 300, 150)[-2:])
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1 and preview.data[150, 300] == 2, timeout=10000)  # object, hint
     _cross_canvas(viewer, QEvent.Type.Leave)
-    assert preview.data[80, 80] == 1 and not (preview.data == 2).any()  # the object stays, its hint goes
+    assert preview.data[80, 80] == 1 and not _hint(preview).any()  # the object stays, its hint goes
 
     viewer.dims.set_current_step(0, 1)  # the slider, dragged with the cursor off the canvas
     assert not preview.data.any()  # at once: never another plane's object
@@ -328,7 +330,7 @@ def test_leaving_the_canvas_takes_the_hover_preview_and_keeps_the_object_in_prog
     viewer.dims.set_current_step(0, 0)  # back, the cursor still off the canvas
     qtbot.waitUntil(lambda: widget.ready and widget.encoding.index == (0,), timeout=30000)
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)  # the plane's object in progress
-    assert not (preview.data == 2).any()
+    assert not _hint(preview).any()
     widget.close_session()
 
 
@@ -1070,23 +1072,106 @@ def test_prompts_are_drawn_where_they_were_given_and_go_with_undo_commit_and_dis
     widget.close_session()
 
 
-def test_the_commit_key_stores_what_the_preview_shows_as_the_object_not_the_hint(qtbot, viewer, synthetic_repository):
+def _started_on_disks(qtbot, viewer, repository):
+    """The panel started on the two disks, fitted to the canvas: the image, the panel, the preview layer."""
     image = viewer.add_image(disk_image(H, W, DISKS))
     viewer.reset_view()
-    widget = start(qtbot, viewer, repository=synthetic_repository)
-    preview = viewer.layers[layers.PREVIEW_NAME]
+    widget = start(qtbot, viewer, repository=repository)
+    return image, widget, viewer.layers[layers.PREVIEW_NAME]
+
+
+def test_the_commit_key_stores_what_the_preview_shows_as_the_object_not_the_hint(qtbot, viewer, synthetic_repository):
+    image, widget, preview = _started_on_disks(qtbot, viewer, synthetic_repository)
     click(viewer, world(image, 80, 80))
     qtbot.waitUntil(lambda: preview.data[80, 80] == 1, timeout=10000)
     move(viewer, world(image, 300, 150))  # over the other disk: shown apart, as what a click would add
     qtbot.waitUntil(lambda: preview.data[150, 300] == 2 and preview.data[80, 80] == 1, timeout=10000)
-    np.testing.assert_allclose(preview.colormap.map(2), layers.HINT_COLOR)
-    shown = preview.data == 1
+    assert preview.colormap.map(previews.HINT)[3] == 0 and preview.colormap.map(previews.DASH)[3] == 1  # dashed outline
+    shown = _object(preview)
     key(viewer, "commit")
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
     objects = viewer.layers[layers.objects_name(image)]
     qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
-    np.testing.assert_array_equal(objects.data == 1, shown)  # what was yellow, nothing else
+    np.testing.assert_array_equal(objects.data == 1, shown)  # what was outlined in green, nothing else
     assert not objects.data[150, 300]
+    widget.close_session()
+
+
+def _band(mask: np.ndarray, width: int) -> np.ndarray:
+    """The pixels of `mask` within `width` (8-connected steps) of its edge."""
+    return mask & ~ndimage.binary_erosion(mask, np.ones((3, 3), bool), iterations=width, border_value=0)
+
+
+def _click_and_commit(qtbot, viewer, widget, image, x: int, y: int):
+    """Click image pixel (x, y), commit the object once decoded (the first); its objects layer."""
+    click(viewer, world(image, x, y))
+    qtbot.waitUntil(lambda: widget.session.object.decoded_version == widget.session.object.version, timeout=10000)
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data[y, x] == 1, timeout=10000)
+    return objects
+
+
+def test_the_preview_and_its_hint_are_outlines_that_no_label_colour_can_be_mistaken_for(qtbot, viewer, synthetic_repository):
+    """napari colours labels at random over the hue circle, near-black to near-white: no fill colour
+    can stand apart from all of them. Labels are filled; the preview is lines over a see-through
+    inside: the object a solid line in a colour far from the first 50 labels' (0.45 in RGB: 0.51
+    is the most any colour is, the old yellow fill was 0.16 from one), the hint a dashed one."""
+    image, widget, preview = _started_on_disks(qtbot, viewer, synthetic_repository)
+    objects = _click_and_commit(qtbot, viewer, widget, image, 80, 80)
+    click(viewer, world(image, 300, 150))
+    move(viewer, world(image, 80, 80))  # over the committed disk: the hint, what a click there would add
+    qtbot.waitUntil(lambda: preview.data[150, 300] == previews.OBJECT and preview.data[80, 80] == previews.HINT, timeout=10000)
+
+    labels = np.array([objects.get_color(i) for i in range(1, 51)])
+    assert objects.contour == 0 and (labels[:, 3] > 0).all()  # labels: filled, each in its colour
+    colours = preview.colormap.map(preview.data)  # what the preview layer draws, pixel by pixel
+    opaque, obj, hint = colours[..., 3] > 0, _object(preview), _hint(preview)
+    line, _ = previews.line_widths(bindings.camera(viewer).zoom, preview)
+    assert np.array_equal(opaque & obj, _band(obj, line)) and not opaque[150, 300]  # a line along its edge, inside clear
+    outline = preview.colormap.map(previews.OUTLINE)[:3]
+    assert np.linalg.norm(labels[:, :3] - outline, axis=1).min() >= 0.45
+    edge = _band(obj | hint, line) & hint  # where the object would end after a click at the cursor
+    assert np.array_equal(opaque & hint, edge) and edge.any() and not opaque[80, 80]
+    dashes = {tuple(map(float, c)): int(n) for c, n in zip(*np.unique(colours[edge], axis=0, return_counts=True))}
+    assert set(dashes) == {(1, 1, 1, 1), (0, 0, 0, 1)} and min(dashes.values()) > 0.3 * edge.sum()  # white, black in turn
+
+    bindings.camera(viewer).zoom *= 8  # zoomed in: lines as wide on screen (at least a layer pixel)
+    thinner, _ = previews.line_widths(bindings.camera(viewer).zoom, preview)
+    assert thinner < line or thinner == 1
+    qtbot.waitUntil(lambda: np.array_equal((preview.data != previews.OBJECT) & obj, _band(obj, thinner)), timeout=5000)
+    widget.close_session()
+
+
+def test_shift_n_shows_the_next_candidate_by_score_and_says_which(qtbot, viewer, synthetic_repository):
+    image, widget, preview = _started_on_disks(qtbot, viewer, synthetic_repository)
+    key(viewer, "cycle")
+    assert "No candidates to cycle: click on an object first" in widget.form.status.label.text()
+    click(viewer, world(image, 80, 80))
+    obj = widget.session.object
+    qtbot.waitUntil(lambda: obj.decoded_version == obj.version, timeout=10000)
+    with Predictor(model_repository=synthetic_repository) as predictor:
+        predictor.set_image(image.data)
+        masks, scores, _ = predictor.predict(point_coords=[list(obj.points[0])], point_labels=[1])
+    ranked = [int(i) for i in np.argsort(-scores, kind="stable")]
+    assert len({m.tobytes() for m in masks}) == 3  # three masks to tell apart
+    qtbot.waitUntil(lambda: np.array_equal(_object(preview), masks[ranked[0]]), timeout=10000)
+    for place in (2, 3, 1, 2):  # after the last, the first again
+        key(viewer, "cycle")
+        said = widget.form.status.label.text()
+        assert f"candidate {place} of 3 by predicted IoU ({scores[ranked[place - 1]]:.2f})" in said, said
+        qtbot.waitUntil(lambda: np.array_equal(_object(preview), masks[ranked[place - 1]]), timeout=5000)  # noqa: B023
+        move(viewer, world(image, 300 + place, 150))  # hover previews on their way show the candidate chosen too
+        qtbot.waitUntil(lambda: preview.data[150, 300] in previews.HINT_LABELS, timeout=5000)
+        assert np.array_equal(_object(preview), masks[ranked[place - 1]])
+        move(viewer, world(image, 80, 80))
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
+    np.testing.assert_array_equal(objects.data == 1, masks[ranked[1]])  # the candidate shown is the one stored
+    assert objects.metadata[layers.PROVENANCE_KEY][1]["candidate"] == ranked[1]
     widget.close_session()
 
 
@@ -1108,6 +1193,16 @@ def test_prompts_no_tile_of_a_large_plane_holds_are_refused_in_the_panel_and_cha
     assert widget.session.object.labels == [1] and widget.session.object.points == [(300.0, 300.0)]
     assert _drawn_points(viewer) == [(300, 300, True)]
     widget.close_session()
+
+
+def _object(preview) -> np.ndarray:
+    """Where the preview layer shows the object (its inside and its outline)."""
+    return np.isin(preview.data, previews.OBJECT_LABELS)
+
+
+def _hint(preview) -> np.ndarray:
+    """Where the preview layer shows the hint (what a click at the cursor adds)."""
+    return np.isin(preview.data, previews.HINT_LABELS)
 
 
 def _shown(preview, image, x: int, y: int) -> int:
@@ -1161,16 +1256,9 @@ def test_a_large_multiscale_plane_is_encoded_where_the_view_is_and_segmented_at_
     preview = viewer.layers[layers.PREVIEW_NAME]
     move(viewer, world(image, 1400, 896))
     qtbot.waitUntil(lambda: _shown(preview, image, 1400, 896) == 1, timeout=10000)
-    assert preview.data.shape == (layers.PREVIEW_WINDOW,) * 2  # a window of the plane, not the plane
-    assert not _shown(preview, image, 300, 300) and abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(
-        70
-    )
-    click(viewer, world(image, 1400, 896))
-    qtbot.waitUntil(lambda: widget.session.object.decoded_version == widget.session.object.version, timeout=10000)
-    key(viewer, "commit")
-    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
-    objects = viewer.layers[layers.objects_name(image)]
-    qtbot.waitUntil(lambda: objects.data[896, 1400] == 1, timeout=10000)
+    assert preview.data.shape == (previews.PREVIEW_WINDOW,) * 2  # a window of the plane, not the plane
+    assert not _shown(preview, image, 300, 300) and abs(int(_object(preview).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
+    objects = _click_and_commit(qtbot, viewer, widget, image, 1400, 896)
     assert objects.data.shape == (BIG_H, BIG_W) and abs(int(objects.data.sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
     assert objects.metadata[layers.PROVENANCE_KEY][1]["tile"] == [768, 768, 1792, 1792]
 
@@ -1205,7 +1293,7 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     move(viewer, world(image, 2500, 1300))
     qtbot.waitUntil(lambda: _shown(preview, image, 2500, 1300) == 1, timeout=10000)
     np.testing.assert_allclose(preview.scale, np.asarray(image.scale) * 2)  # a preview pixel: 2 plane pixels
-    shown = int((preview.data == 1).sum())
+    shown = int(_object(preview).sum())
     assert abs(shown * 4 - _disk_pixels(550)) < 0.05 * _disk_pixels(550)  # whole, not cut by a tile
     key(viewer, "commit")
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
@@ -1220,7 +1308,7 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
     move(viewer, world(image, 1400, 896))
     qtbot.waitUntil(lambda: _shown(preview, image, 1400, 896) == 1, timeout=10000)
     np.testing.assert_allclose(preview.scale, image.scale)
-    assert abs(int((preview.data == 1).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
+    assert abs(int(_object(preview).sum()) - _disk_pixels(70)) < 0.05 * _disk_pixels(70)
     widget.close_session()
 
 

@@ -17,7 +17,9 @@ from superqt.utils import ensure_main_thread
 
 from ..errors import TritonSamError
 from ..session import ObjectInProgress, Preview
-from . import layers
+from . import bindings, layers
+from . import preview as previews
+from .bindings import KEYS
 from .encoding import PlaneEncoding
 from .workers import make_worker
 
@@ -52,7 +54,7 @@ class Interaction:
     ) -> None:
         self.viewer = viewer
         self.encoding = encoding
-        self.preview: layers.LivePreview | layers.WindowPreview | None = None
+        self.preview: previews.LivePreview | previews.WindowPreview | None = None
         self.prompts = self.box = None
         self.cursor = None
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
@@ -164,14 +166,29 @@ class Interaction:
             self.draw_prompts()
 
     def cycle(self) -> None:
-        if self.acts():
-            self.session.cycle_candidate()
+        """Show the object's next candidate mask by score, and say which ("candidate 2 of 3")."""
+        if not self.acts():
+            return
+        shown = self.session.cycle_candidate()
+        if shown is None:
+            self._set_status(f"No candidates to cycle: click on an object first ({KEYS['cycle']} shows its other masks).")
+            return
+        place, count = shown.place
+        self._set_status(
+            f"Showing candidate {place} of {count} by predicted IoU ({shown.score:.2f}): "
+            f"{KEYS['cycle']} for the next, {KEYS['commit']} commits it."
+        )
 
     def draw_prompts(self, clear: bool = False) -> None:
         """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""
         if self.session is None or self.prompts not in self.viewer.layers or self.box not in self.viewer.layers:
             return
         layers.show_prompts(self.prompts, self.box, ObjectInProgress() if clear else self.session.prompts)
+
+    def zoomed(self, event=None) -> None:
+        """The camera zoomed: the preview's lines keep their width on screen."""
+        if self.preview is not None and self.preview.layer in self.viewer.layers:
+            self.preview.set_zoom(bindings.camera(self.viewer).zoom)
 
     def clear_preview(self) -> None:
         """Take the preview off the preview layer, if it is still there."""
@@ -192,6 +209,7 @@ class Interaction:
         if preview is None:
             self.preview.show(None)
         else:
+            preview = session.as_now(preview)  # another candidate chosen since it was made: that one
             self.preview.show(preview.mask, preview.hint, preview.offset, preview.hint_offset, preview.step)
         if preview is not None:
             self._on_preview_shown(preview)

@@ -1,4 +1,5 @@
-"""Adapters between napari layers and the session: planes, coordinates, preview and output layers.
+"""Adapters between napari layers and the session: planes, coordinates, preview and output layers
+(how the preview is drawn and written: `preview`).
 
 Public napari API only. A plane is the 2D image on screen: the layer's last two data axes (before
 an RGB axis), at the indices the viewer's sliders point to.
@@ -12,22 +13,16 @@ from collections.abc import Hashable, Mapping
 
 import numpy as np
 from napari.layers import Image, Labels, Points, Shapes
-from napari.utils.colormaps import DirectLabelColormap
 
 from ..image import ContrastLimits, lazy_index
 from ..session import Offset
+from . import preview as previews
 
 PREVIEW_NAME = "triton-sam preview"
 PROMPTS_NAME = "triton-sam prompts"
 BOX_NAME = "triton-sam box"
-# Fixed colours; committed objects get napari's random label colours.
-PREVIEW_COLOR = (1.0, 0.85, 0.0, 1.0)  # label 1: the object as the commit key stores it
-HINT_COLOR = (0.0, 0.8, 1.0, 1.0)  # label 2: what a click at the cursor would add to it
 POSITIVE_COLOR = "#33e633"
 NEGATIVE_COLOR = "#ff3333"
-PREVIEW_HISTORY_BYTES = 32 * 2**20  # napari's undo history of the preview is let go beyond this
-FULL_WRITE_FRACTION = 1 / 64  # a preview changing more of the layer than this is written whole (cheaper than napari per pixel)
-PREVIEW_WINDOW = 3072  # pixels a side of a large plane's preview layer: two tiles' masks fit in it
 OBJECTS_SUFFIX = " [triton-sam objects]"
 # What napari imports when it makes its first Labels layer (~0.3 s): its features table, label colours.
 LABELS_IMPORTS = ("pandas", "skimage.color.colorconv")  # skimage.color loads its modules lazily
@@ -139,13 +134,13 @@ def _on_plane(image: Image) -> dict:
 
 def preview_layer(viewer, image: Image, window: bool = False) -> Labels:
     """A 2D Labels layer over the image's plane for the live preview, directly above the image (and
-    its objects): `PREVIEW_COLOR` for the object, `HINT_COLOR` for the hint. As large as the plane
-    and updated in place, or with `window` a small one that `WindowPreview` moves (large planes)."""
-    shape = (PREVIEW_WINDOW, PREVIEW_WINDOW) if window else plane_shape(image)
+    its objects), in `preview`'s outlines. As large as the plane and updated in place, or with
+    `window` a small one that `preview.WindowPreview` moves (large planes)."""
+    shape = (previews.PREVIEW_WINDOW,) * 2 if window else plane_shape(image)
     preview = _reusable(viewer, PREVIEW_NAME, Labels, lambda layer: layer.data.shape == shape)
     if preview is None:
-        preview = viewer.add_labels(np.zeros(shape, np.uint8), name=PREVIEW_NAME, opacity=0.5, **_on_plane(image))
-        preview.colormap = DirectLabelColormap(color_dict={None: (0.0, 0.0, 0.0, 0.0), 1: PREVIEW_COLOR, 2: HINT_COLOR})
+        preview = viewer.add_labels(np.zeros(shape, np.uint8), name=PREVIEW_NAME, opacity=1.0, **_on_plane(image))
+        preview.colormap = previews.colormap()
     else:
         preview.scale, preview.translate = _on_plane(image).values()
     objects = existing_objects_layer(viewer, image)
@@ -252,156 +247,6 @@ def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:
     )
     place_above(viewer, image, objects)
     return objects
-
-
-class LivePreview:
-    """Writes previews into the preview layer: label 1 the object, label 2 the hint's extra pixels.
-
-    Only the box around what was shown and what is shown now is looked at, and when few of its
-    pixels change only those are written (`Labels.data_setitem`), so napari recolours and uploads
-    just their bounding box instead of the whole plane (what matters on large planes). When many
-    change, one plain write and refresh is cheaper than napari's per-pixel path. napari keeps an
-    undo history of per-pixel writes; a preview is not an annotation, so that history is let go (a
-    layer made read-only forgets it) once it holds about `PREVIEW_HISTORY_BYTES`.
-    """
-
-    def __init__(self, layer: Labels) -> None:
-        self.layer = layer
-        self.layer.editable = False  # nobody paints on the preview
-        self._shown_box: tuple[int, int, int, int] | None = None  # rows r0:r1, columns c0:c1 with labels
-        self._history_bytes = 0
-
-    def show(
-        self,
-        mask: np.ndarray | None,
-        hint: np.ndarray | None = None,
-        offset: Offset = (0, 0),
-        hint_offset: Offset = (0, 0),
-        step: int = 1,
-    ) -> None:
-        """Show `mask` (label 1) and `hint` (label 2 where it adds pixels), crops at their offsets
-        on the plane (row, column); None: nothing. A whole plane is never tiled coarser: `step`
-        (as `WindowPreview` takes it) is 1."""
-        if step != 1:
-            raise ValueError(f"A whole-plane preview shows masks at full resolution, not reduced {step} times.")
-        box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
-        region = _union(self._shown_box, box)
-        self._shown_box = box
-        if region is None:
-            return
-        r0, r1, c0, c1 = region
-        labels = _preview_labels(mask, hint, offset, hint_offset, region)
-        differs = labels != self.layer.data[r0:r1, c0:c1]
-        count = np.count_nonzero(differs)
-        if count > FULL_WRITE_FRACTION * self.layer.data.size:
-            self.layer.data[r0:r1, c0:c1] = labels
-            self.layer.refresh()
-            self._forget_history()  # its per-pixel steps no longer lead to what is shown
-        elif count:
-            rows, cols = np.nonzero(differs)
-            self.layer.data_setitem((rows + r0, cols + c0), labels[rows, cols])
-            self._history_bytes += count * (2 * rows.itemsize + 2)  # indices, old and new values
-            if self._history_bytes > PREVIEW_HISTORY_BYTES:
-                self._forget_history()
-
-    def _forget_history(self) -> None:
-        self.layer.editable = True
-        self.layer.editable = False
-        self._history_bytes = 0
-
-
-class WindowPreview:
-    """The preview of a large plane: a `PREVIEW_WINDOW`-pixel square of it, written as
-    `LivePreview` writes a whole plane, moved (its translate) only when a preview falls outside it.
-    A plane-sized layer would take hundreds of megabytes, and napari draws layers over 16384 px
-    downsampled; moving the window costs ~20 ms of napari's bookkeeping, a write within it ~2 ms.
-    Masks of coarse tiles (zoomed out) come with their `step`: the window's pixels then cover
-    `step` plane pixels a side (its scale), so the window still holds objects as large as the view."""
-
-    def __init__(self, layer: Labels) -> None:
-        """`layer`: a square Labels layer placed on the plane, its origin at the plane's (0, 0)."""
-        self.size = layer.data.shape[0]
-        self._scale = np.asarray(layer.scale)[-2:]
-        self._translate = np.asarray(layer.translate)[-2:]
-        self._origin = (0, 0)  # the window's first row and column, in plane pixels reduced `_step` times
-        self._step = 1
-        self._live = LivePreview(layer)
-
-    @property
-    def layer(self) -> Labels:
-        return self._live.layer
-
-    def show(
-        self,
-        mask: np.ndarray | None,
-        hint: np.ndarray | None = None,
-        offset: Offset = (0, 0),
-        hint_offset: Offset = (0, 0),
-        step: int = 1,
-    ) -> None:
-        """As `LivePreview.show`; a pixel of `mask` and `hint` covers `step` plane pixels a side
-        (their offsets, in plane pixels, are multiples of it)."""
-        offset, hint_offset = (offset[0] // step, offset[1] // step), (hint_offset[0] // step, hint_offset[1] // step)
-        box = _union(_bounding_box(mask, offset), _bounding_box(hint, hint_offset))
-        if step != self._step:
-            self._live.show(None)
-            self._step = step
-            self.layer.scale = self._scale * step
-            self._origin = None
-        if box is not None and not self._holds(box):
-            self._live.show(None)
-            centre = np.array([box[0] + box[1], box[2] + box[3]]) // 2
-            self._origin = tuple(int(c) for c in np.maximum(centre - self.size // 2, 0))
-            # A window pixel's centre is its `step` x `step` plane pixels' centre.
-            self.layer.translate = self._translate + (np.array(self._origin) * step + (step - 1) / 2) * self._scale
-        if self._origin is None:  # rescaled, and nothing to show yet
-            return
-        y, x = self._origin
-        self._live.show(mask, hint, (offset[0] - y, offset[1] - x), (hint_offset[0] - y, hint_offset[1] - x))
-
-    def _holds(self, box: tuple[int, int, int, int]) -> bool:
-        if self._origin is None:
-            return False
-        (y, x), n = self._origin, self.size
-        return y <= box[0] and box[1] <= y + n and x <= box[2] and box[3] <= x + n
-
-
-def _preview_labels(
-    mask: np.ndarray | None, hint: np.ndarray | None, offset: Offset, hint_offset: Offset, region: tuple[int, int, int, int]
-) -> np.ndarray:
-    """The preview's labels inside `region`: 1 where the object is, 2 where only the hint is."""
-    labels = _crop_bytes(mask, offset, region)
-    labels |= (_crop_bytes(hint, hint_offset, region) & ~labels & 1) << 1
-    return labels
-
-
-def _crop_bytes(mask: np.ndarray | None, offset: Offset, region: tuple[int, int, int, int]) -> np.ndarray:
-    """`mask` (bool, placed at `offset` on the plane) inside `region` as 0/1 bytes, zeros where it is not."""
-    r0, r1, c0, c1 = region
-    labels = np.zeros((r1 - r0, c1 - c0), np.uint8)
-    if mask is not None:
-        (y, x), (h, w) = offset, mask.shape
-        top, bottom, left, right = max(r0, y), min(r1, y + h), max(c0, x), min(c1, x + w)
-        if top < bottom and left < right:
-            labels[top - r0 : bottom - r0, left - c0 : right - c0] = mask[top - y : bottom - y, left - x : right - x]
-    return labels
-
-
-def _bounding_box(mask: np.ndarray | None, offset: Offset = (0, 0)) -> tuple[int, int, int, int] | None:
-    """(r0, r1, c0, c1) on the plane around the set pixels of `mask` (placed at `offset`), or None."""
-    if mask is None:
-        return None
-    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-    if not rows.size:
-        return None
-    y, x = offset
-    return int(rows[0]) + y, int(rows[-1]) + 1 + y, int(cols[0]) + x, int(cols[-1]) + 1 + x
-
-
-def _union(a: tuple[int, int, int, int] | None, b: tuple[int, int, int, int] | None) -> tuple[int, int, int, int] | None:
-    if a is None or b is None:
-        return a or b
-    return min(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), max(a[3], b[3])
 
 
 def unlabelled(layer: Labels, index: tuple[int, ...], mask: np.ndarray, offset: Offset = (0, 0)) -> tuple[np.ndarray, np.ndarray]:

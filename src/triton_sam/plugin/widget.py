@@ -28,6 +28,7 @@ from ..features import FeatureCache, default_disk_dir
 from ..registry import MODELS
 from ..session import UNDECODED, InteractiveSession
 from . import bindings, layers
+from . import preview as previews
 from .automatic import AutomaticSegmentation
 from .encoding import PlaneEncoding
 from .form import SettingsForm
@@ -123,6 +124,7 @@ class TritonSamWidget(QWidget):
         self.viewer.events.theme.connect(self._theme_changed)
         bindings.camera(self.viewer).events.center.connect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.connect(self.encoding.view_moved)
+        bindings.camera(self.viewer).events.zoom.connect(self.interaction.zoomed)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
         self._key_actions = bindings.bind_keys(self.viewer, self.interaction)
@@ -141,6 +143,7 @@ class TritonSamWidget(QWidget):
         self.viewer.events.theme.disconnect(self._theme_changed)
         bindings.camera(self.viewer).events.center.disconnect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.disconnect(self.encoding.view_moved)
+        bindings.camera(self.viewer).events.zoom.disconnect(self.interaction.zoomed)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
         bindings.unbind_keys(self.viewer, self._key_actions)
@@ -228,7 +231,8 @@ class TritonSamWidget(QWidget):
         session = InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._decode_failed)
         large = session.is_tiled(layers.plane_shape(self._chosen))
         layer = layers.preview_layer(self.viewer, self._chosen, window=large)
-        self.interaction.preview = layers.WindowPreview(layer) if large else layers.LivePreview(layer)
+        zoom = bindings.camera(self.viewer).zoom
+        self.interaction.preview = previews.WindowPreview(layer, zoom) if large else previews.LivePreview(layer, zoom)
         # napari takes ~0.1 s for each new layer: the prompt layers come a turn of the event loop
         # later, so that the window is not frozen for all of them at once (a timer, not 0 ms: Qt
         # runs a 0-ms single shot with the posted events, before input and other timers).
