@@ -382,9 +382,8 @@ class InteractiveSession:
         shows the one chosen, with its hint where both are of one step."""
         with self._lock:
             plane, obj = self._plane, self._objects.get(preview.plane)
-            if preview.candidate is None or plane is None or plane.key != preview.plane or obj is None or obj.mask is None:
-                return preview
-            if obj.mask is preview.mask:
+            of_shown_object = plane is not None and plane.key == preview.plane and obj is not None and obj.mask is not None
+            if preview.candidate is None or not of_shown_object or obj.mask is preview.mask:
                 return preview
             now = replace(obj.preview(plane), seq=preview.seq, t_event=preview.t_event)
         if preview.hint is None or now.step != preview.step:
