@@ -1,5 +1,6 @@
 """Mouse bindings act on their target alone (as napari's act on a layer): no widget, no viewer window."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -7,8 +8,9 @@ import pytest
 
 napari = pytest.importorskip("napari")
 from napari.layers import Image  # noqa: E402
+from napari.utils.key_bindings import KeymapProvider  # noqa: E402
 
-from triton_sam.plugin import bindings  # noqa: E402
+from triton_sam.plugin import bindings, keys  # noqa: E402
 
 
 class Target:
@@ -17,6 +19,7 @@ class Target:
     def __init__(self, interactive: bool = True) -> None:
         self.image = Image(np.zeros((30, 50)), scale=(2.0, 2.0))
         self.cursor = None
+        self.negative_points = False
         self.calls = []
         self._interactive = interactive
 
@@ -68,3 +71,44 @@ def test_a_click_adds_a_point_and_a_ctrl_drag_sets_a_box():
     with pytest.raises(StopIteration):
         next(drag)
     assert viewer.camera.mouse_pan and target.calls[-1] == ("set_box", (0.0, 0.0, 20.0, 10.0), {})
+
+
+def _click(target, modifiers=()) -> None:
+    drag = bindings.press(target, _viewer(), event := _event("mouse_press", (20.0, 40.0), modifiers))
+    next(drag)
+    event.type = "mouse_release"
+    with pytest.raises(StopIteration):
+        next(drag)
+
+
+def test_while_negative_points_are_on_a_click_adds_a_negative_point_and_an_alt_click_a_positive_one():
+    target = Target()
+    target.negative_points = True
+    _click(target)
+    _click(target, [bindings.NEGATIVE_MODIFIER])
+    assert [call[2]["positive"] for call in target.calls] == [False, True]
+
+
+def test_unbinding_gives_each_key_back_what_it_had_and_leaves_a_key_bound_since_to_its_owner():
+    provider, theirs, later = KeymapProvider(), lambda provider: None, lambda provider: None
+    provider.bind_key("Shift-C", theirs)
+    bound = bindings.bind_keys(provider, {"Shift-C": lambda p: None, "Shift-N": lambda p: None})
+    provider.bind_key("Shift-N", later, overwrite=True)  # another panel, meanwhile
+    bindings.unbind_keys(provider, bound)
+    assert {str(key): action for key, action in provider.keymap.items()} == {"Shift+C": theirs, "Shift+N": later}
+
+
+def test_a_custom_set_of_keys_is_read_and_each_mistake_is_named():
+    assert keys.parse(" commit=C,discard=Shift-C  negative=t ") == {"commit": "C", "discard": "Shift-C", "negative": "t"}
+    assert keys.parse(keys.describe(keys.PRESETS["micro-sam"])) == keys.PRESETS["micro-sam"]
+    for text, said in [
+        ("commit=C, comit=X", "'comit' is no action; the actions are commit, discard"),
+        ("commit=Shft-C", "'Shft-C' is not a key napari knows"),
+        ("commit=Shift", "'Shift' is not a key napari knows"),
+        ("commit C", "'commit' is not action=key"),
+        ("commit=C, discard=c", "c is given to both commit and discard"),
+        ("commit=C, commit=X", "commit is given two keys"),
+        ("undo=U", "commit needs a key"),
+    ]:
+        with pytest.raises(keys.KeysError, match=re.escape(said)):
+            keys.parse(text)

@@ -26,6 +26,7 @@ from benchmarks.gui import send_mouse  # noqa: E402
 from triton_sam.plugin import bindings, layers  # noqa: E402
 from triton_sam.plugin import preview as previews  # noqa: E402
 from triton_sam.plugin.bindings import KEYS  # noqa: E402
+from triton_sam.plugin.keys import PRESETS  # noqa: E402
 from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402
 
 H, W = 240, 400
@@ -461,19 +462,26 @@ def test_settings_come_from_the_environment_first(monkeypatch, viewer):
     assert widget.form.model_box.currentText() == "sam2.1_hiera_small"
 
 
-def test_our_keys_do_not_collide_with_napari_defaults(viewer):
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_our_keys_do_not_collide_with_napari_defaults(viewer, preset):
+    """No preset takes a key of napari's viewer or menus; micro-sam's C, S and T are keys of napari's
+    layer types (an image's auto-contrast, a points or shapes layer's select mode, a shapes layer's
+    path mode), which the panel also binds on the session's own layers: those three alone."""
     from napari.layers import Image, Labels, Points, Shapes, Surface, Tracks, Vectors
     from napari.utils.key_bindings import coerce_keybinding
 
-    ours = {coerce_keybinding(key) for key in KEYS.values()}
-    taken = set()
-    for keymap in [viewer.keymap] + [cls.class_keymap for cls in (Image, Labels, Points, Shapes, Surface, Tracks, Vectors)]:
-        taken |= {coerce_keybinding(key) for key in keymap}
+    def keys_of(*providers) -> set:
+        return {coerce_keybinding(key) for cls in providers for c in cls.__mro__ for key in vars(c).get("class_keymap", {})}
+
+    ours = {coerce_keybinding(key) for key in PRESETS[preset].values()}
+    viewer_s = keys_of(type(viewer)) | {coerce_keybinding(key) for key in viewer.keymap}  # (no panel open)
     from napari._app_model import get_app_model  # napari's own menu/action shortcuts
 
     for binding in get_app_model().keybindings:
-        taken.add(coerce_keybinding(binding.keybinding))
-    assert not ours & taken
+        viewer_s.add(coerce_keybinding(binding.keybinding))
+    assert not ours & viewer_s
+    layers_ = keys_of(Image, Labels, Points, Shapes, Surface, Tracks, Vectors)
+    assert {str(key) for key in ours & layers_} == ({"C", "S", "T"} if preset == "micro-sam" else set())
 
 
 def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):

@@ -16,7 +16,7 @@ from . import layers
 if TYPE_CHECKING:
     from .interaction import Interaction
 
-KEYS = {  # checked against napari's own bindings in the tests
+KEYS = {  # the default keys ("triton-sam" in `keys.PRESETS`); checked against napari's own in the tests
     "commit": "Shift-C",
     "discard": "Shift-X",
     "undo": "Shift-U",
@@ -40,8 +40,9 @@ def hover(target: Interaction, viewer, event) -> None:
 
 
 def press(target: Interaction, viewer, event) -> Generator[None, None, None]:
-    """Mouse press: a click adds a point (negative with `NEGATIVE_MODIFIER`), a drag with
-    `BOX_MODIFIER` sets a box; any other drag is napari's (pan)."""
+    """Mouse press: a click adds a point (negative with `NEGATIVE_MODIFIER`, or without it while
+    `target.negative_points` is on), a drag with `BOX_MODIFIER` sets a box; any other drag is
+    napari's (pan)."""
     if event.button != 1 or not target.acts():
         return
     start = np.asarray(event.position, float)
@@ -61,23 +62,24 @@ def press(target: Interaction, viewer, event) -> Generator[None, None, None]:
         target.set_box(x0, y0, *layers.image_xy(target.image, event.position))
     elif not moved:
         x, y = layers.image_xy(target.image, event.position)
-        target.add_point(x, y, positive=NEGATIVE_MODIFIER not in event.modifiers)
+        target.add_point(x, y, positive=(NEGATIVE_MODIFIER in event.modifiers) == target.negative_points)
 
 
-def bind_keys(viewer, target: Interaction) -> dict[str, Callable]:
-    """Bind `KEYS` to the methods of `target` of their names (commit, discard, undo, cycle);
-    returns the bound callables for `unbind_keys`."""
+def bind_keys(provider, actions: dict[str, Callable]) -> dict[str, tuple[Callable, Callable | None]]:
+    """Bind each key of `actions` on `provider` (the viewer, or a layer: napari's `bind_key`), over
+    what it had there; returns what `unbind_keys` needs to give that back."""
     bound = {}
-    for name, key in KEYS.items():
-        action = getattr(target, name)
-        bound[key] = lambda viewer, action=action: action()
-        viewer.bind_key(key, bound[key], overwrite=True)
+    for key, action in actions.items():
+        bound[key] = (action, provider.bind_key(key, action, overwrite=True))
     return bound
 
 
-def unbind_keys(viewer, bound: dict[str, Callable]) -> None:
-    """Undo `bind_keys`; a key another panel bound since is given back to it."""
-    for key, action in bound.items():
-        previous = viewer.bind_key(key, None)
-        if previous is not action:
-            viewer.bind_key(key, previous)
+def unbind_keys(provider, bound: dict[str, tuple[Callable, Callable | None]]) -> None:
+    """Undo `bind_keys`: each key goes back to what `provider` had before; a key another panel
+    bound since stays theirs."""
+    for key, (action, before) in bound.items():
+        now = provider.bind_key(key, None)
+        if now is not action:
+            provider.bind_key(key, now)
+        elif before is not None:
+            provider.bind_key(key, before)

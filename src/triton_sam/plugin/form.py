@@ -35,6 +35,7 @@ from ..registry import DEFAULT_MODEL, MODELS, ModelSpec, get_model
 from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
 from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
+from .keys import CUSTOM, DEFAULT, ENV_KEYS, PRESETS, help_line
 from .status import StatusArea
 
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
@@ -148,17 +149,38 @@ class SettingsForm(QWidget):
         )
         self.interaction_check = QCheckBox("SAM interaction (hover, click, keys)")
         self.interaction_check.setChecked(True)
+        self.keys_box, self.custom_keys_field = QComboBox(), QLineEdit()
+        self.keys_box.addItems([*PRESETS, CUSTOM])
+        self.keys_box.setToolTip("Which key does what; micro-sam: its annotators' keys. Applies at once.")
+        self.custom_keys_field.setToolTip("Custom keys, e.g. commit=C, discard=Shift-C (Enter applies)")
+        self._restore_keys(s)
+        self.keys: dict[str, str] = dict(KEYS)  # the keys bound (`keys.KeyChoice` says)
+        self.keys_label = QLabel()
         self.status = StatusArea()
         self._lay_out()
 
-    def _lay_out(self) -> None:
-        keys = QLabel(
+    def _restore_keys(self, s: QSettings) -> None:
+        """The keys chosen: `TRITON_SAM_KEYS` (a preset's name or a custom set) first, then last time's."""
+        chosen = os.environ.get(ENV_KEYS, "").strip()
+        if chosen and chosen not in PRESETS:
+            choice, custom = CUSTOM, chosen
+        else:
+            choice, custom = chosen or str(s.value("keys", DEFAULT)), str(s.value("custom_keys", ""))
+        self.keys_box.setCurrentText(choice if choice in (*PRESETS, CUSTOM) else DEFAULT)
+        self.custom_keys_field.setText(custom)
+
+    def show_keys(self, keys: dict[str, str]) -> None:
+        """Say which keys are bound (under the status)."""
+        self.keys = dict(keys)
+        self.keys_label.setText(
             f"Hover: preview · click: add · {NEGATIVE_MODIFIER}-click: exclude · {BOX_MODIFIER}-drag: box<br>"
-            f"{KEYS['commit']}: commit · {KEYS['undo']}: undo prompt · {KEYS['cycle']}: next candidate · "
-            f"{KEYS['discard']}: discard<br>"
-            f"Yellow: what {KEYS['commit']} stores · blue: what a click at the cursor would add"
+            f"{help_line(keys)}<br>"
+            f"Green line: what {keys['commit']} stores · dashes: what a click at the cursor would add"
         )
-        keys.setWordWrap(True)
+
+    def _lay_out(self) -> None:
+        self.show_keys(self.keys)
+        self.keys_label.setWordWrap(True)
         form = QFormLayout()
         for label, field in (
             ("Backend", self.backend_box),
@@ -169,6 +191,8 @@ class SettingsForm(QWidget):
             ("", self.find_models_button),
             ("Model repository", self.repository_field),
             ("Image layer", self.image_box),
+            ("Keys", self.keys_box),
+            ("Custom keys", self.custom_keys_field),
         ):
             form.addRow(label, field)
         fields = QWidget()
@@ -179,7 +203,7 @@ class SettingsForm(QWidget):
         self.stacks_group = self._propagation_box()
         layout.addWidget(self.stacks_group)
         layout.addWidget(self._segment_all_box())
-        for widget in (self.interaction_check, self.status, keys):
+        for widget in (self.interaction_check, self.status, self.keys_label):
             layout.addWidget(widget)
         layout.addStretch()
         scroll = _VerticalScroll()  # a laptop's screen is shorter than the panel: it scrolls, never squeezes
@@ -276,6 +300,12 @@ class SettingsForm(QWidget):
         s.setValue("model", self.model_box.currentText())
         s.setValue("repository", self.repository_field.text())
         s.setValue("disk_cache", "true" if self.disk_cache_check.isChecked() else "false")
+
+    def save_keys(self) -> None:
+        """Remember the keys chosen (when they are bound: a custom set that cannot be is not kept)."""
+        self._settings.setValue("keys", self.keys_box.currentText())
+        if self.keys_box.currentText() == CUSTOM:
+            self._settings.setValue("custom_keys", self.custom_keys_field.text())
 
 
 def _spin(field, low, high, value, tip: str):

@@ -57,6 +57,7 @@ class Interaction:
         self.preview: previews.LivePreview | previews.WindowPreview | None = None
         self.prompts = self.box = None
         self.cursor = None
+        self.negative_points = False  # clicks add negative points (micro-sam's T)
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
         self._on_preview_shown, self._show_telemetry = on_preview_shown, show_telemetry
 

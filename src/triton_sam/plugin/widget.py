@@ -33,12 +33,13 @@ from .automatic import AutomaticSegmentation
 from .encoding import PlaneEncoding
 from .form import SettingsForm
 from .interaction import Interaction
+from .keys import KeyChoice
 from .propagation import LabelPropagation
 from .workers import make_worker
 
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
 IMAGE_REMOVED = "The image layer was removed: choose a layer and press Start."
-READY = f"Ready: hover to preview, click to add a point, {bindings.KEYS['commit']} to commit."
+READY = "Ready: hover to preview, click to add a point, {commit} to commit."
 NOT_ANSWERING = "Server not answering: your prompts are kept. Move the mouse once it answers to preview them again."
 NOT_DECODED = "The decode failed: your prompts are kept."
 
@@ -87,7 +88,7 @@ class TritonSamWidget(QWidget):
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
         self._closed = False
         self._starting: InteractiveSession | None = None  # made at Start, until its layers are
-        self._key_actions: dict[str, object] = {}
+        self._key_actions: KeyChoice | None = None  # the keys bound (the panel's Keys choice)
         self._propagation = LabelPropagation(
             napari_viewer,
             self.encoding,
@@ -127,7 +128,7 @@ class TritonSamWidget(QWidget):
         bindings.camera(self.viewer).events.zoom.connect(self.interaction.zoomed)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
-        self._key_actions = bindings.bind_keys(self.viewer, self.interaction)
+        self._key_actions = KeyChoice(self.viewer, self.interaction, self.form)
 
     def _unhook(self) -> None:
         """Stop following the viewer (the panel was closed): no callback of ours may outlive it."""
@@ -146,8 +147,8 @@ class TritonSamWidget(QWidget):
         bindings.camera(self.viewer).events.zoom.disconnect(self.interaction.zoomed)
         self.viewer.layers.events.inserted.disconnect(self._refresh_layers)
         self.viewer.layers.events.removed.disconnect(self._refresh_layers)
-        bindings.unbind_keys(self.viewer, self._key_actions)
-        self._key_actions = {}
+        self._key_actions.close()
+        self._key_actions = None
 
     # --- layers and models ----------------------------------------------------------------------
 
@@ -400,7 +401,7 @@ class TritonSamWidget(QWidget):
             self.form.status.show_engine(self.session.engine.describe())
         if figures:
             self.form.status.set_figure("encoding", figures)
-        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else news or READY)
+        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else news or READY.format(**self.form.keys))
 
     def _on_enabled(self, on: bool) -> None:
         if not on and self.session is not None:
