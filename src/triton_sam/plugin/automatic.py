@@ -31,7 +31,7 @@ from ..errors import DecodeCancelled
 from ..features import FeatureCache
 from ..tiles import Tile, tile_grid, view_order
 from . import layers
-from .encoding import MAX_VIEW_TILES, PlaneEncoding
+from .encoding import MAX_VIEW_TILES, NOT_READY, PlaneEncoding
 from .form import SettingsForm
 from .workers import make_worker
 
@@ -147,7 +147,7 @@ class AutomaticSegmentation:
             return
         encoding, form = self._encoding, self._form
         if not encoding.ready:
-            self._set_status("Press Start and wait for the plane to be encoded first.")
+            self._set_status(NOT_READY)
             return
         where, tiles = form.chosen_region(), None
         if encoding.tiled:  # the tiles in view, each at native resolution

@@ -28,6 +28,7 @@ from .workers import make_worker
 MAX_VIEW_TILES = 36  # tiles of a large plane encoded for one view at most (in view, then around it)
 AROUND_VIEW_WAIT_S = 1.0  # tiles around the view are encoded once the cursor has rested this long
 VIEW_SETTLE_MS = 150  # the view rests this long before its tiles are chosen (pan and zoom come in bursts)
+NOT_READY = "Press Start and wait for the plane to be encoded first."  # what needs an encoded plane says, before it is
 CHANGE_SETTLE_MS = 400  # the layer's contrast limits (a slider drag) or pixels rest this long before the plane is encoded anew
 
 

@@ -24,7 +24,7 @@ from ..registry import ModelSpec
 from ..video import VolumePredictor, VolumeState
 from ..video.propagation import BACKWARDS, FORWARDS, propagate_masks
 from . import layers
-from .encoding import PlaneEncoding
+from .encoding import NOT_READY, PlaneEncoding
 from .form import SettingsForm
 from .workers import make_worker
 
@@ -104,7 +104,7 @@ class LabelPropagation:
     def _problem(self, labels: list[int]) -> str | None:
         """Why Propagate cannot run now with `labels`, or None."""
         if not self._encoding.ready:
-            return "Press Start and wait for the plane to be encoded first."
+            return NOT_READY
         if self._axis() is None:
             return "Propagate needs a stack of planes (a 3D or higher image layer)."
         if not labels and self._form.propagates_all():
