@@ -72,27 +72,62 @@ def _reference(model_id: str):
     return reference if get_model(model_id).family in ("sam2", "sam3") else _Sam1Reference(reference)
 
 
+def _arrays(prompts: dict) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=np.float32) for k, v in prompts.items()}
+
+
+def _refinement_prompts(h: int, w: int) -> tuple[dict, dict]:
+    """A click, then the click and a negative one refining the best of the first click's masks."""
+    first = dict(point_coords=np.array([[w * 0.5, h * 0.5]]), point_labels=np.array([1]))
+    second = dict(point_coords=np.array([[w * 0.5, h * 0.5], [w * 0.3, h * 0.7]]), point_labels=np.array([1, 0]))
+    return first, second
+
+
+def _official_outputs(reference, image: np.ndarray) -> dict[str, tuple]:
+    """The official predictor's outputs on `image` for each comparison below, by label."""
+    reference.set_image(rgb(image))  # the official predictors take RGB
+    (h, w), outputs = image.shape[:2], {}
+    for label, prompts in _prompt_sets(h, w):
+        for multimask in (True, False):
+            outputs[f"{label}, multimask={multimask}"] = reference.predict(multimask_output=multimask, **_arrays(prompts))
+    first, second = _refinement_prompts(h, w)
+    _, scores, low = reference.predict(**first)
+    for multimask in (True, False):
+        refined = reference.predict(mask_input=low[np.argmax(scores)][None], multimask_output=multimask, **second)
+        outputs[f"refinement, multimask={multimask}"] = refined
+    return outputs
+
+
+def _images(model_id: str) -> tuple[str, ...]:
+    return SOME_IMAGES.get(model_id, tuple(parity_images()))
+
+
 @pytest.fixture(scope="module", params=MODELS)
 def predictors(request, exported_repository):
+    """(the official predictor's outputs by image and label, our predictor). The official model is let
+    go before ours is loaded: the two never take memory together (SAM3's: gigabytes each)."""
     require_export_extra()
     import torch
 
     torch.set_grad_enabled(False)
     repository = exported_repository(request.param)
+    reference = _reference(request.param)
+    expected = {name: _official_outputs(reference, parity_images()[name]) for name in _images(request.param)}
+    del reference
+    release_memory()
     with Predictor(request.param, model_repository=repository) as ours:
-        yield _reference(request.param), ours
-    release_memory()  # the official model holds gigabytes (SAM3); let them go before the next model
+        yield expected, ours
+    release_memory()  # our sessions' buffers (SAM3's: gigabytes); let them go before the next model
 
 
 @pytest.fixture(scope="module", params=list(parity_images()))
 def image_pair(request, predictors):
-    reference, ours = predictors
-    if request.param not in SOME_IMAGES.get(ours.spec.model_id, (request.param,)):
-        pytest.skip(f"{ours.spec.model_id} is compared on {', '.join(SOME_IMAGES[ours.spec.model_id])} only (time)")
+    expected, ours = predictors
+    if request.param not in expected:
+        pytest.skip(f"{ours.spec.model_id} is compared on {', '.join(expected)} only (time)")
     image = parity_images()[request.param]
-    ours.set_image(image)  # grayscale is sent as one channel; the official predictor takes RGB
-    reference.set_image(rgb(image))
-    return reference, ours, image.shape[:2]
+    ours.set_image(image)  # grayscale is sent as one channel
+    return expected[request.param], ours, image.shape[:2]
 
 
 def _assert_same(reference_out, ours_out, label: str) -> None:
@@ -114,28 +149,19 @@ def _assert_same(reference_out, ours_out, label: str) -> None:
 
 @pytest.mark.parametrize("multimask", [True, False])
 def test_masks_and_scores_match_the_official_predictor(image_pair, multimask):
-    reference, ours, (h, w) = image_pair
+    expected, ours, (h, w) = image_pair
     for label, prompts in _prompt_sets(h, w):
-        arrays = {k: np.asarray(v, dtype=np.float32) for k, v in prompts.items()}
-        _assert_same(
-            reference.predict(multimask_output=multimask, **arrays),
-            ours.predict(multimask_output=multimask, **arrays),
-            f"{label}, multimask={multimask}",
-        )
+        label = f"{label}, multimask={multimask}"
+        _assert_same(expected[label], ours.predict(multimask_output=multimask, **_arrays(prompts)), label)
 
 
 def test_refinement_with_previous_low_res_logits(image_pair):
-    reference, ours, (h, w) = image_pair
-    first = dict(point_coords=np.array([[w * 0.5, h * 0.5]]), point_labels=np.array([1]))
-    ref_masks, ref_scores, ref_low = reference.predict(**first)
-    masks, scores, low = ours.predict(**first)
-    second = dict(point_coords=np.array([[w * 0.5, h * 0.5], [w * 0.3, h * 0.7]]), point_labels=np.array([1, 0]))
+    expected, ours, (h, w) = image_pair
+    first, second = _refinement_prompts(h, w)
+    _, scores, low = ours.predict(**first)
     for multimask in (True, False):
-        _assert_same(
-            reference.predict(mask_input=ref_low[np.argmax(ref_scores)][None], multimask_output=multimask, **second),
-            ours.predict(mask_input=low[np.argmax(scores)][None], multimask_output=multimask, **second),
-            f"refinement, multimask={multimask}",
-        )
+        refined = ours.predict(mask_input=low[np.argmax(scores)][None], multimask_output=multimask, **second)
+        _assert_same(expected[f"refinement, multimask={multimask}"], refined, f"refinement, multimask={multimask}")
 
 
 def test_masks_are_not_trivial(image_pair):
