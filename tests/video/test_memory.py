@@ -78,6 +78,14 @@ def test_pointers_stop_at_the_stack_and_short_stacks_scale_their_distances():
     np.testing.assert_allclose(inputs.obj_ptr_tpos, [3 / 3, 1 / 3, 2 / 3])  # max distance: planes - 1
 
 
+def test_a_plane_takes_the_pointers_of_at_most_15_planes_before_it():
+    track = _track(cond=[0], non_cond=list(range(1, 20)))
+    memories, _, pointers, distances = _chosen(memory_inputs(track, 20, False, 30, SETTINGS))
+    assert memories == [0, 14, 15, 16, 17, 18, 19]
+    assert pointers == [0, *range(19, 4, -1)]  # planes 1-4 lie beyond max_obj_ptrs_in_encoder - 1
+    assert distances == [20, *range(1, 16)]  # scaled by that limit, not by the stack's 30 planes
+
+
 def test_a_plane_before_every_prompt_attends_with_no_pointer():
     inputs = memory_inputs(_track(cond=[8], non_cond=[]), 2, False, 10, SETTINGS)
     assert inputs.obj_ptrs.shape == (0, 8) and inputs.obj_ptr_tpos.shape == (0,)
