@@ -95,16 +95,20 @@ def official_records():
     return records
 
 
+# Through Triton the RGB scenario only: what a server computes for the generator (encodes, batched
+# point decodes, decodes with mask prompts, the client's resizing of their logits) is the same for
+# a crop as for a whole image, crops are cut and prompted by the same client code for either engine,
+# and one-channel planes through Triton are tests/video/test_volume_predictor.py's.
+RUNS = [(name, "local") for name in SCENARIOS] + [("SAM2.1, RGB, mask-to-mask refinement", "triton")]
+
+
 def _backend_options(backend: str, model_id: str, request) -> dict:
     if backend == "local":
         return dict(model_repository=request.getfixturevalue("exported_repository")(model_id))
     return dict(backend="triton", url=request.getfixturevalue("models_server").grpc_url)
 
 
-@pytest.mark.parametrize(
-    "name, backend",
-    [(name, "local") for name in SCENARIOS] + [(name, "triton") for name in SCENARIOS if SCENARIOS[name][0] == SAM2],
-)
+@pytest.mark.parametrize("name, backend", RUNS)
 def test_the_masks_are_the_official_generators(name, backend, official_records, request):
     require_export_extra()
     model_id, image, cut, options = SCENARIOS[name]
