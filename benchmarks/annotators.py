@@ -17,6 +17,7 @@ import numpy as np
 
 from triton_sam.engines.triton import TritonConnection, TritonEngine
 from triton_sam.export import write_session_model
+from triton_sam.export.triton_config import SESSION_CACHE_SIZE
 from triton_sam.registry import DEFAULT_MODEL, ModelSpec, get_model
 from triton_sam.server.local import LocalTritonServer
 from triton_sam.session import InteractiveSession
@@ -27,7 +28,11 @@ from .wire import loopback_server
 
 
 def _repository(spec: ModelSpec, exported: Path, target: Path, cache_size: int) -> Path:
-    """The exported encoder and decoder with a session model that keeps `cache_size` images."""
+    """The exported encoder and decoder with a session model that keeps `cache_size` images: the
+    exported repository itself where its session model keeps as many (a server the suite shares
+    serves it), else `target`, with a session model of its own."""
+    if cache_size <= SESSION_CACHE_SIZE:
+        return exported
     target.mkdir(parents=True, exist_ok=True)
     for name in (spec.encoder_name, spec.decoder_name):
         link = target / name

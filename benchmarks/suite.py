@@ -3,9 +3,10 @@
 Each benchmark runs with the settings of the chosen profile ("full" for published figures,
 "smoke" to check in seconds that they all run) in a process of its own, so that none inherits
 another's memory, threads or warm caches, and its result is written to the file as soon as it is
-done: an interrupted run keeps what it measured. The smoke profile starts one Triton server for the
-benchmarks that would each start one on its default settings. The napari benchmarks need a display
-(they run under `xvfb-run` where there is none).
+done: an interrupted run keeps what it measured. The smoke profile starts two Triton servers for the
+benchmarks that would each start their own: one on the default settings, one with the session
+model's batching switched the other way. The napari benchmarks need a display (they run under
+`xvfb-run` where there is none).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from triton_sam.gpu import cuda_device_count
 from triton_sam.registry import DEFAULT_MODEL
 
 from .fixtures import exported_repository
-from .wire import loopback_server, shared_server
+from .wire import loopback_server, shared_servers
 
 PROFILES: dict[str, dict[str, dict]] = {
     "full": {
@@ -45,14 +46,16 @@ PROFILES: dict[str, dict[str, dict]] = {
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
-        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1, "tiles": 2},
-        "hover": {"duration_s": 1.0, "yardstick": 3},
+        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1, "tiles": 1},
+        "hover": {"duration_s": 1.0, "yardstick": 1},
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
         "gui": {"hover_s": 1.0},
-        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096), "timed_tiles": 1, "window": (1000, 700)},
-        "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
+        # One row of tiles, the view narrower than a tile's own part: one tile to encode at Start and
+        # one more after the pan (the encodes are its time; a 4096 x 4096 plane's view met three).
+        "large": {"hover_s": 1.0, "backends": ("local",), "shape": (1024, 4096), "timed_tiles": 1, "window": (1000, 700)},
+        "volume": {"planes": 2, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
         "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
     },
 }
@@ -89,7 +92,8 @@ def machine() -> dict:
 # server start is seconds of it); the full profile gives each its own server, so that none
 # measures another's cache, memory or warm-up.
 SHARED_SERVER_PROFILES = ("smoke",)
-SHARE_THE_SERVER = ("triton", "hover", "click", "gui", "memory")  # each starts one on the default settings (triton: one of two)
+SHARE_THE_SERVER = ("triton", "hover", "click", "gui", "memory", "annotators")  # each starts one on the default settings
+SHARE_THE_OTHER_SERVER = ("triton", "annotators")  # and one with the session model's batching switched the other way
 
 RUNNERS = {
     "predictor": "benchmarks.predictor",
@@ -151,9 +155,13 @@ def run_all(
     with ExitStack() as stack:
         env = {}
         if profile in SHARED_SERVER_PROFILES and set(names) & set(SHARE_THE_SERVER):
-            progress("a Triton server for the benchmarks that take one on its default settings ...")
+            progress("Triton servers for the benchmarks that would each start their own ...")
             repository = exported_repository(model_id, seed, workdir)
-            env = shared_server(stack.enter_context(loopback_server(repository, model_id)), model_id)
+            servers = [stack.enter_context(loopback_server(repository, model_id))]
+            if set(names) & set(SHARE_THE_OTHER_SERVER):
+                batching = not servers[0].session_batching
+                servers.append(stack.enter_context(loopback_server(repository, model_id, session_batching=batching)))
+            env = shared_servers(model_id, *servers)
         for name in names:
             progress(f"bench {name} ...")
             started = time.perf_counter()

@@ -64,7 +64,7 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-SHARED_SERVER = "TRITON_SAM_BENCH_SHARED_SERVER"  # JSON of `shared_server`'s, set by the suite for its children
+SHARED_SERVERS = "TRITON_SAM_BENCH_SHARED_SERVERS"  # JSON of `shared_servers`'s, set by the suite for its children
 
 
 class _SharedServer(LocalTritonServer):
@@ -86,25 +86,30 @@ class _SharedServer(LocalTritonServer):
         pass
 
 
-def shared_server(server: LocalTritonServer, model_id: str) -> dict[str, str]:
-    """The environment that makes `loopback_server` in a child process hand out `server` (running,
-    on the default settings) instead of starting one of its own with the same settings."""
-    about = {
-        "repository": str(Path(server.model_repository).resolve()),
-        "model_id": model_id,
-        "pid": server.pid,
-        "ports": {f"{kind}_port": port for kind, port in server.ports.items()},
-        "session_batching": server.session_batching,
-    }
-    return {SHARED_SERVER: json.dumps(about)}
+def shared_servers(model_id: str, *servers: LocalTritonServer) -> dict[str, str]:
+    """The environment that makes `loopback_server` in a child process hand out one of `servers`
+    (running; the first on the default settings, another with the session model's batching
+    switched the other way) instead of starting one of its own with the same settings."""
+    about = [
+        {
+            "repository": str(Path(server.model_repository).resolve()),
+            "model_id": model_id,
+            "pid": server.pid,
+            "ports": {f"{kind}_port": port for kind, port in server.ports.items()},
+            "session_batching": server.session_batching,
+        }
+        for server in servers
+    ]
+    return {SHARED_SERVERS: json.dumps(about)}
 
 
 def loopback_server(repository: Path, model_id: str, **options) -> LocalTritonServer:
     """A local Triton server (not started yet) on free loopback ports, serving `model_id` only
-    (the benchmark's work directory may hold other, larger models); or, where the suite shares one
-    server (`shared_server`) and `options` ask for nothing it does not have, that server."""
-    shared = json.loads(os.environ.get(SHARED_SERVER) or "{}")
-    same = shared and (shared["repository"], shared["model_id"]) == (str(Path(repository).resolve()), model_id)
-    if same and options.items() <= {"session_batching": shared["session_batching"]}.items():
-        return _SharedServer(**shared)
+    (the benchmark's work directory may hold other, larger models); or, where the suite shares
+    servers (`shared_servers`) and one has all that `options` ask for, that server (without
+    options, the one on the default settings)."""
+    for shared in json.loads(os.environ.get(SHARED_SERVERS) or "[]"):
+        same = (shared["repository"], shared["model_id"]) == (str(Path(repository).resolve()), model_id)
+        if same and options.items() <= {"session_batching": shared["session_batching"]}.items():
+            return _SharedServer(**shared)
     return LocalTritonServer(repository, models=(model_id,), **loopback_ports(), **options)

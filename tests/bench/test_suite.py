@@ -43,7 +43,7 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     assert 0 < large["hover"]["max_stall_besides_drawing_and_cpu_wait_ms"] <= large["hover"]["max_stall_besides_drawing_ms"]
     zoomed_out = large["zoom_out"]  # the whole plane in view: coarse tiles, a preview of one
     assert zoomed_out["tile_step"] > 1 and zoomed_out["first_preview_s"] > 0 and zoomed_out["view_encoded_s"] > 0
-    volume = r["volume"]  # all propagated the 3 planes and agree
+    volume = r["volume"]  # all propagated the 2 planes and agree
     assert volume["official"]["planes_per_s"] > 0
     assert volume["local"]["planes_per_s"] > 0 and volume["local"]["min_iou_vs_official"] >= 0.99
     automatic = r["automatic"]  # every object in a small image, same masks as the official generator
@@ -74,20 +74,30 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     assert "(plots/annotators.png)" in markdown
 
 
-def test_the_smoke_profile_s_shared_server_is_handed_out_only_for_the_default_settings(tmp_path, monkeypatch):
+def test_the_smoke_profile_s_shared_servers_are_handed_out_only_for_their_settings(tmp_path, monkeypatch):
     from benchmarks import wire
     from triton_sam.server.local import LocalTritonServer
 
     require_server_env()
-    running = LocalTritonServer(tmp_path, models=("sam2.1_hiera_tiny",), **wire.loopback_ports())  # stands in, not started
-    running._process = type("Process", (), {"pid": 4321})()
-    for name, value in wire.shared_server(running, "sam2.1_hiera_tiny").items():
-        monkeypatch.setenv(name, value)
 
-    with wire.loopback_server(tmp_path, "sam2.1_hiera_tiny") as shared:  # neither started nor stopped here
+    def stand_in(pid: int, **settings) -> LocalTritonServer:  # as if running: neither started nor stopped here
+        server = LocalTritonServer(tmp_path, models=("sam2.1_hiera_tiny",), **wire.loopback_ports(), **settings)
+        server._process = type("Process", (), {"pid": pid})()
+        return server
+
+    running = stand_in(4321)
+    monkeypatch.setenv(*wire.shared_servers("sam2.1_hiera_tiny", running).popitem())
+    with wire.loopback_server(tmp_path, "sam2.1_hiera_tiny") as shared:
         assert (shared.grpc_url, shared.pid) == (running.grpc_url, 4321)
     batching = running.session_batching  # the default's: off without a GPU
     assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=batching).pid == 4321
     assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=not batching).pid is None  # its own
     assert wire.loopback_server(tmp_path / "other", "sam2.1_hiera_tiny").pid is None
     assert wire.loopback_server(tmp_path, "mobile_sam").pid is None
+
+    other = stand_in(4322, session_batching=not batching)  # and a second one, batching the other way
+    monkeypatch.setenv(*wire.shared_servers("sam2.1_hiera_tiny", running, other).popitem())
+    assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny").pid == 4321
+    assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=batching).pid == 4321
+    assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=not batching).pid == 4322
+    assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=not batching, log_verbose=1).pid is None
