@@ -7,11 +7,14 @@ every other image: same sizes, same cache path, no 100 encoder runs. Server: the
 and its model processes after encoding 1, 10 and `cache_size + 4` different images for real
 (the session model keeps `cache_size`). Soak: one annotator hovers through the server for
 `soak_s`, memory of both sampled as it goes; growth is the slope of a least-squares line.
+Segment all: the peak resident memory of ours (local engine) and of the official
+`SAM2AutomaticMaskGenerator` on the same image and weights, each in a process of its own.
 """
 
 from __future__ import annotations
 
 import itertools
+import resource
 import time
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from triton_sam.registry import DEFAULT_MODEL, get_model
 from triton_sam.server.local import LocalTritonServer
 from triton_sam.session import InteractiveSession
 
-from .fixtures import BENCH_SHAPE, bench_images, exported_repository, mouse_trace, replay
+from .fixtures import BENCH_SHAPE, bench_image, bench_images, exported_repository, mouse_trace, official_predictor, replay
 from .wire import loopback_server
 
 MIB = 2**20
@@ -58,6 +61,7 @@ def _client(repository: Path, spec, shape, counts) -> dict:
     engine = CopyingEngine(create_engine(spec, "local", repository))
     cache = FeatureCache(engine)
     me = psutil.Process()
+    loaded_mib = _rss_mib(me)
     images, rows, done = bench_images(shape, max(counts)), [], 0
     for count in counts:
         for image in itertools.islice(images, count - done):
@@ -65,7 +69,7 @@ def _client(repository: Path, spec, shape, counts) -> dict:
         done = count
         rows.append({"images": count, "cached": len(cache), "cache_mib": cache.nbytes / MIB, "rss_mib": _rss_mib(me)})
     engine.engine.close()
-    return {"cache_bound_mib": cache.max_bytes / MIB, "rows": rows}
+    return {"cache_bound_mib": cache.max_bytes / MIB, "engine_loaded_mib": loaded_mib, "rows": rows}
 
 
 def _server(server: LocalTritonServer, spec, shape, counts) -> list[dict]:
@@ -108,6 +112,43 @@ def _soak(server: LocalTritonServer, spec, image, soak_s: float, sample_s: float
     }
 
 
+def _segment_all_here(side: str, model_id: str, repository: Path, shape, points_per_side: int, seed: int) -> dict:
+    """Segment all on a `shape` bench image in this process: ours ("local") or "official"; its peak."""
+    from triton_sam.automatic import AutomaticMaskGenerator
+
+    from .automatic import OPTIONS
+
+    options = dict(OPTIONS, points_per_side=points_per_side)
+    if side == "official":
+        import torch
+        from sam2.automatic_mask_generator import SAM2AutomaticMaskGenerator
+
+        torch.set_grad_enabled(False)
+        generator = SAM2AutomaticMaskGenerator(official_predictor(model_id, seed).model, **options)
+    else:
+        generator = AutomaticMaskGenerator(model_id, model_repository=repository, **options)
+    started = time.perf_counter()
+    masks = len(generator.generate(bench_image(shape)))
+    seconds = time.perf_counter() - started
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"peak_mib": peak_mib, "after_mib": _rss_mib(psutil.Process()), "seconds": seconds, "masks": masks}
+
+
+def _segment_all(sides, model_id: str, repository: Path, shape, points_per_side: int, seed: int, workdir: Path) -> dict:
+    """`_segment_all_here` for each side, each in a child process (a peak is its process's own)."""
+    how = {"shape": list(shape), "points_per_side": points_per_side}
+    if len(sides) == 1:
+        return {sides[0]: _segment_all_here(sides[0], model_id, repository, shape, points_per_side, seed), **how}
+    from .suite import run_in_child
+
+    result = dict(how)
+    for side in sides:
+        only = {"client_counts": [], "server_counts": [], "soak_s": 0.0, "segment_all": [side], "segment_all_shape": list(shape)}
+        child = run_in_child("memory", {**only, "segment_all_points_per_side": points_per_side}, model_id, seed, workdir)
+        result[side] = child.get("segment_all", {}).get(side, child)  # or why it failed
+    return result
+
+
 def run(
     model_id: str = DEFAULT_MODEL,
     client_counts: tuple[int, ...] = (1, 10, 100),
@@ -117,13 +158,22 @@ def run(
     shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
+    segment_all: tuple[str, ...] = ("local", "official"),
+    segment_all_shape: tuple[int, int] = (350, 500),
+    segment_all_points_per_side: int = 16,
 ) -> dict:
+    """Each part runs only where asked: `client_counts`, `server_counts` or `soak_s`, `segment_all`."""
     spec = get_model(model_id)
     repository = exported_repository(model_id, seed, workdir)
     result = {"benchmark": "memory", "model": model_id, "image_shape": list(shape)}
-    result["client"] = _client(repository, spec, shape, client_counts)
-    with loopback_server(repository, model_id) as server:
-        result["server"] = {"session_cache_size": SESSION_CACHE_SIZE, "rows": _server(server, spec, shape, server_counts)}
-        if soak_s > 0:
-            result["soak"] = _soak(server, spec, next(bench_images(shape, 1)), soak_s, sample_s)
+    if client_counts:
+        result["client"] = _client(repository, spec, shape, client_counts)
+    if server_counts or soak_s > 0:
+        with loopback_server(repository, model_id) as server:
+            result["server"] = {"session_cache_size": SESSION_CACHE_SIZE, "rows": _server(server, spec, shape, server_counts)}
+            if soak_s > 0:
+                result["soak"] = _soak(server, spec, next(bench_images(shape, 1)), soak_s, sample_s)
+    if segment_all:
+        points = segment_all_points_per_side
+        result["segment_all"] = _segment_all(segment_all, model_id, repository, segment_all_shape, points, seed, workdir)
     return result

@@ -221,6 +221,27 @@ def _annotators(r: dict) -> str:
     return table
 
 
+def _local_memory(r: dict) -> str:
+    """The local engine's resident memory after an encode, and Segment all's peak next to the official's."""
+    text, client = "", r.get("client", {})
+    if "engine_loaded_mib" in client and client["rows"]:
+        after = client["rows"][0]["rss_mib"]
+        text += (
+            f"\nLocal engine ({r['model']}): {client['engine_loaded_mib']:.0f} MiB resident with its sessions loaded, "
+            f"{after:.0f} MiB after the first encode (goal <= 1536: {verdict(after, 1536)}).\n"
+        )
+    runs = r.get("segment_all", {})
+    ours, theirs = runs.get("local", {}).get("peak_mib"), runs.get("official", {}).get("peak_mib")
+    if ours and theirs:
+        height, width = runs["shape"]
+        text += (
+            f"\nSegment all on a {height} x {width} px image ({runs['points_per_side']}^2 points, batches of 64), "
+            f"each in a process of its own: peak resident {ours:.0f} MiB ours (local engine), {theirs:.0f} MiB the "
+            f"official `SAM2AutomaticMaskGenerator` (goal: ours <= theirs: {verdict(ours, theirs)}).\n"
+        )
+    return text
+
+
 def _memory(r: dict) -> str:
     client = r["client"]
     rows = [
@@ -240,7 +261,7 @@ def _memory(r: dict) -> str:
         ]
         for row in server["rows"]
     ]
-    text = markdown_table(["process", "embeddings", "resident MiB"], rows)
+    text = markdown_table(["process", "embeddings", "resident MiB"], rows) + _local_memory(r)
     soak = r.get("soak")
     if soak:
         text += (

@@ -18,7 +18,7 @@ Glossary (one name per concept throughout the code):
   the server hands it back as the handle of features it keeps.
 - session: `session.InteractiveSession`, one user's interactive segmentation. The session model is
   the Triton python model `<model>_session` that keeps features on the server. ONNX Runtime's
-  sessions are `ort_session` / `_ort_session`.
+  sessions are `ort_session` / `ort_sessions.shared_session`.
 - engine: runs one model's encoder and decoder (local ONNX Runtime, Triton, or auto).
 - prompts: points, a box and a previous round's low-res logits; decode: one decoder call for them;
   low-res logits: its 256x256 (SAM3: 288x288) mask logits; masks: logits above the threshold at the

@@ -3,7 +3,7 @@ import onnxruntime as ort
 import pytest
 
 from triton_sam.engines import CancelToken, create_engine
-from triton_sam.engines.local import LocalEngine
+from triton_sam.engines.local import CPU_DECODE_BATCH, LocalEngine
 from triton_sam.engines.providers import CPU, cuda_device_count, usable_providers
 from triton_sam.errors import DecodeCancelled, InvalidInputError, ModelFileError
 from triton_sam.prompts import build_request
@@ -49,6 +49,27 @@ def test_decode_shapes_for_multimask_single_and_batches(engine):
     single = engine.decode(features, _request(3), multimask_output=False)
     assert single.low_res_logits.shape == (3, 1, 256, 256) and single.scores.shape == (3, 1)
     np.testing.assert_array_equal(single.low_res_logits[0, 0], multi.low_res_logits[0, 1])
+
+
+def test_a_batch_decodes_as_its_prompt_sets_alone(engine):
+    """On a CPU a batch runs a few prompt sets at a time: the parts come back whole and in order."""
+    image = np.tile(np.linspace(0, 255, 1024, dtype=np.uint8)[None, :, None], (1024, 1, 3))
+    features = engine.encode(image)
+    points = np.linspace(100.0, 900.0, CPU_DECODE_BATCH + 3).reshape(-1, 1, 1).repeat(2, axis=2)
+    request = build_request((1024, 1024), (1024, 1024), point_coords=points, point_labels=np.ones(points.shape[:2]))
+    batch = engine.decode(features, request)
+    alone = [
+        engine.decode(features, build_request((1024, 1024), (1024, 1024), point_coords=p[None], point_labels=[[1]]))
+        for p in points
+    ]
+    np.testing.assert_array_equal(batch.low_res_logits, np.concatenate([a.low_res_logits for a in alone]))
+    np.testing.assert_array_equal(batch.scores, np.concatenate([a.scores for a in alone]))
+
+
+def test_engines_of_one_model_share_its_sessions(engine, synthetic_repository):
+    """Start pressed again, or a generator made beside the panel's engine, loads no weights again."""
+    other = create_engine(TINY, "local", synthetic_repository)
+    assert other._encoder is engine._encoder and other._decoder is engine._decoder
 
 
 def test_a_cancelled_decode_raises_and_a_fresh_one_still_works(engine):

@@ -14,16 +14,21 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..errors import DecodeCancelled, ModelFileError
+from ..errors import DecodeCancelled
 from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
-from .providers import TENSORRT, device_of, provider_options, usable_providers
+from .ort_sessions import on_cpu, release_cpu_arena, shared_session
+from .providers import TENSORRT, device_of, usable_providers
 
 if TYPE_CHECKING:
     from ..features import FeatureCache
     from ..video.backend import VideoBackend
+
+# Prompt sets per decoder run on a CPU: larger runs are no faster per prompt set there, and their
+# intermediates grow with the batch (about 45 MB a prompt set for SAM2.1 tiny).
+CPU_DECODE_BATCH = 8
 
 
 class LocalEngine(Engine):
@@ -45,12 +50,10 @@ class LocalEngine(Engine):
         self.spec = exported.spec
         self.exported = exported
         providers = providers or usable_providers()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._encoder = _ort_session(exported.encoder, options, providers, trt_cache_dir)
-        self._decoder = _ort_session(exported.decoder, options, providers, trt_cache_dir)
+        self._encoder = shared_session(exported.encoder, providers, intra_op_threads, trt_cache_dir)
+        self._decoder = shared_session(exported.decoder, providers, intra_op_threads, trt_cache_dir)
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
+        self._on_cpu = on_cpu(self.providers)
 
     @property
     def providers(self) -> list[str]:
@@ -81,7 +84,9 @@ class LocalEngine(Engine):
         names = list(self.spec.feature_shapes)
         batch = np.ascontiguousarray(image[None])
         if self._device is None:
-            return ImageFeatures(dict(zip(names, self._encoder.run(names, {contract.ENCODER_INPUT: batch}))))
+            run_options = release_cpu_arena(ort.RunOptions()) if self._on_cpu else None
+            outputs = self._encoder.run(names, {contract.ENCODER_INPUT: batch}, run_options)
+            return ImageFeatures(dict(zip(names, outputs)))
         binding = self._encoder.io_binding()
         binding.bind_cpu_input(contract.ENCODER_INPUT, batch)
         for name in names:
@@ -105,9 +110,7 @@ class LocalEngine(Engine):
             if features.device and request.batch_size == 1:
                 masks, scores, object_scores = self._decode_on_device(features, request, outputs, run_options)
             else:
-                feeds = {name: _repeat(a, request.batch_size) for name, a in features.host_arrays().items()}
-                feeds.update(prompt_feeds(request, self.spec.low_res_size))
-                masks, scores, object_scores = self._decoder.run(outputs, feeds, run_options)
+                masks, scores, object_scores = self._decode_host(features, request, outputs, run_options)
         except Exception as error:
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled while running") from error
@@ -116,6 +119,24 @@ class LocalEngine(Engine):
             raise DecodeCancelled("decode cancelled")
         result = DecodeResult(masks, scores, object_scores)
         return best_candidates(result) if best else result
+
+    def _decode_host(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
+        """The decoder fed numpy arrays, the features repeated for each prompt set of a run. On a CPU
+        `CPU_DECODE_BATCH` prompt sets a run (larger runs are no faster there, and take more memory),
+        and a batch's last run gives the arena's memory back: that peak is rare (`ort_sessions`)."""
+        arrays = features.host_arrays()
+        prompts = prompt_feeds(request, self.spec.low_res_size)
+        batch = request.batch_size
+        step = CPU_DECODE_BATCH if self._on_cpu else batch
+        parts = []
+        for start in range(0, batch, step):
+            size = min(step, batch - start)
+            if self._on_cpu and batch > 1 and start + size == batch:
+                release_cpu_arena(run_options)
+            feeds = {name: _repeat(array, size) for name, array in arrays.items()}
+            feeds.update({name: array[start : start + size] for name, array in prompts.items()})
+            parts.append(self._decoder.run(outputs, feeds, run_options))
+        return parts[0] if len(parts) == 1 else [np.concatenate(column) for column in zip(*parts)]
 
     def _decode_on_device(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
         """The decoder fed the features where they are; the prompts go in and the outputs come out."""
@@ -145,14 +166,3 @@ def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndar
 
 def _repeat(array: np.ndarray, batch: int) -> np.ndarray:
     return array if batch == 1 else np.repeat(array, batch, axis=0)
-
-
-def _ort_session(path, options: ort.SessionOptions, providers: list[str], trt_cache_dir: str | None) -> ort.InferenceSession:
-    provider_list = [(p, provider_options(p, trt_cache_dir)) for p in providers]
-    try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=provider_list)
-    except Exception as error:  # ORT raises several unrelated types for unreadable models
-        raise ModelFileError(
-            f"Cannot load {path}: {error}. The file may be corrupt or incomplete; export the model again "
-            "(`triton-sam setup MODEL` or `triton-sam export MODEL --checkpoint PATH`)."
-        ) from error

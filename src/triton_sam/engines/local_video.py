@@ -4,7 +4,6 @@ cache (`LocalEngine.video`)."""
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 
 from ..errors import ModelFileError, ServerModelError
 from ..features import FeatureCache
@@ -15,6 +14,7 @@ from ..video.backend import TrackingOutput, VideoBackend
 from ..video.memory import MemoryInputs, VideoSettings
 from .base import ImageFeatures
 from .local import prompt_feeds
+from .ort_sessions import shared_session
 from .providers import TENSORRT
 
 
@@ -33,15 +33,9 @@ class LocalVideo(VideoBackend):
                 f"could propagate through volumes, or its family has none. Export it again "
                 f"(`triton-sam setup {model_id}` or `triton-sam export ... --checkpoint PATH`)."
             )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
         providers = [p for p in providers if p != TENSORRT]  # memory lengths vary
-
-        def open_session(path) -> ort.InferenceSession:
-            return ort.InferenceSession(str(path), sess_options=options, providers=providers)
-
         self.cache = cache
-        self.graphs = triton_sam_video.VideoGraphs(directory, open_session)
+        self.graphs = triton_sam_video.VideoGraphs(directory, lambda path: shared_session(path, providers, intra_op_threads))
         self.settings = VideoSettings.from_dict(self.graphs.settings)
 
     def _plane(self, features: ImageFeatures) -> dict[str, np.ndarray]:
