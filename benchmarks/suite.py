@@ -50,7 +50,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0},
-        "gui": {"hover_s": 1.0},
+        "gui": {"hover_s": 1.0, "objects": 3},
         "large": {"hover_s": 1.0, "backends": ("local",), "shape": (4096, 4096), "timed_tiles": 1, "window": (1000, 700)},
         "volume": {"planes": 3, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
         "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
