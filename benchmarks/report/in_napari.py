@@ -97,7 +97,9 @@ def _long_session(s: dict) -> str:
         "makes that blob the object), each with three mouse moves near its blob, a click on it and the commit key, "
         "as real Qt events. A hover is timed from the move to its preview written to the layer, a commit from the key "
         "to the object written to the objects layer; the GUI thread's work during a commit is its longest stall less "
-        "window drawing.\n\n"
+        "window drawing."
+        + (f" Measured on {s['machine']['cpu']}, {s['machine']['cores']} cores." if "machine" in s else "")
+        + "\n\n"
     )
     return text + markdown_table(
         ["objects", "hover p50 / p95 ms", "commit median / p95 ms", "GUI thread in a commit (median) ms"], rows
