@@ -103,6 +103,7 @@ _BENCH_OPTIONS = (
     "points_per_side",
     "hover_s",
     "backends",
+    "objects",
     "seed",
     "workdir",
 )
@@ -177,7 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_gui.add_argument(
         "--duration", dest="hover_s", type=float, default=20.0, help="seconds of hovering (about one preview a second)"
     )
-    bench_gui.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    bench_gui.add_argument(
+        "--backends", nargs="*", default=["local", "triton"], choices=["local", "triton"], help="none: the long session alone"
+    )
+    bench_gui.add_argument(
+        "--objects", type=int, default=1000, help="objects committed one after another on one plane (0: no long session)"
+    )
     bench_gui.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")

@@ -4,7 +4,8 @@ For each backend, in a real napari window: Start (engine, layers, first plane) a
 encoding of a 3-plane stack, with the worst event-loop stall; then a scripted 120 Hz hover path
 sent as real Qt mouse-move events to the canvas, timing each event to its preview on screen (the
 first canvas frame swapped after the widget wrote the preview), with the worst stall meanwhile.
-Needs a display (use `xvfb-run -a` on a headless machine).
+Then the long session (`long_session`): objects committed one after another on one plane, hover
+and commit timed at the first and the last. Needs a display (use `xvfb-run -a` on a headless machine).
 """
 
 from __future__ import annotations
@@ -290,11 +291,15 @@ def run(
     seed: int = 0,
     backends: tuple[str, ...] = ("local", "triton"),
     workdir: Path = Path(".bench"),
+    objects: int = 1000,
 ) -> dict:
+    """The figures of each backend (none: the long session alone), and of a long session of
+    `objects` commits (0: none)."""
+    from . import long_session
     from .fixtures import bench_image, exported_repository, mouse_trace
     from .wire import loopback_server
 
-    repository = exported_repository(model_id, seed, workdir)
+    repository = exported_repository(model_id, seed, workdir) if backends else None
     plane = bench_image(shape)
     stack = np.stack([plane, plane[::-1], plane[:, ::-1]])
     trace = mouse_trace(shape, rate_hz, hover_s, seed)
@@ -306,4 +311,6 @@ def run(
                 url = stack_of_servers.enter_context(loopback_server(repository, model_id)).grpc_url
             label = "Triton" if backend == "triton" else "Local"
             result[backend] = _backend_run(label, url, model_id, repository, stack, trace)
+    if objects:
+        result["long_session"] = long_session.run(objects, workdir)
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,8 @@ def encoder_model(spec: ModelSpec) -> onnx.ModelProto:
     return _model(nodes, [image], outputs)
 
 
-def decoder_model(spec: ModelSpec) -> onnx.ModelProto:
+def decoder_model(spec: ModelSpec, reach: float = REACH) -> onnx.ModelProto:
+    """The decoder, its masks reaching `reach` model units from the nearest positive point before they fall off."""
     low = spec.low_res_size
     step = spec.input_size / low
     grid = ((np.arange(low) + 0.5) * step).astype(np.float32)
@@ -99,7 +101,7 @@ def decoder_model(spec: ModelSpec) -> onnx.ModelProto:
         helper.make_node("Unsqueeze", ["pen", "c23"], ["pen4"]),
         helper.make_node("Add", ["dist", "pen4"], ["dist_pos"]),
         helper.make_node("ReduceMin", ["dist_pos"], ["dmin"], axes=[1], keepdims=1),
-        _const("reach", np.float32(REACH)),
+        _const("reach", np.float32(reach)),
         helper.make_node("Sub", ["dmin", "reach"], ["beyond"]),
         helper.make_node("Relu", ["beyond"], ["beyond_r"]),
         _const("half", np.float32(0.5)),
@@ -145,11 +147,12 @@ def decoder_model(spec: ModelSpec) -> onnx.ModelProto:
     return _model(nodes, inputs, outputs)
 
 
-def write_repository(spec: ModelSpec, repository: Path) -> Path:
-    """Write the synthetic encoder and decoder, and the session model, under `spec`'s Triton names."""
+def write_repository(spec: ModelSpec, repository: Path, reach: float = REACH) -> Path:
+    """Write the synthetic encoder and decoder (see `decoder_model` for `reach`), and the session
+    model, under `spec`'s Triton names."""
     parts = (
         ("encoder", spec.encoder_name, encoder_model, encoder_config),
-        ("decoder", spec.decoder_name, decoder_model, decoder_config),
+        ("decoder", spec.decoder_name, partial(decoder_model, reach=reach), decoder_config),
     )
     for component, name, build, config in parts:
         version_dir = Path(repository) / name / "1"

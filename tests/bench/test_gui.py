@@ -14,6 +14,7 @@ pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from qtpy.QtWidgets import QLabel  # noqa: E402
 
+from benchmarks import long_session  # noqa: E402
 from benchmarks.gui import RunQueueClock, StallMonitor, _canvas, _run_until, open_widget  # noqa: E402
 
 
@@ -94,3 +95,19 @@ def test_a_stall_spent_waiting_for_a_cpu_is_told_from_work(qapp):
 
     assert stalls["max_stall_besides_drawing_ms"] >= 90, stalls  # the work took longer than 60 ms
     assert 55 <= stalls["max_stall_besides_drawing_and_cpu_wait_ms"] <= 80, stalls
+
+
+def test_the_long_session_commits_each_blob_as_an_object_of_its_own_and_times_it(viewer, tmp_path):
+    repository = long_session.synthetic_repository(tmp_path / "repository")
+    done, labels = long_session.annotate(viewer, 3, repository)
+
+    plane, centres = long_session.blob_plane()
+    yy, xx = np.mgrid[: plane.shape[0], : plane.shape[1]]
+    for object_id, (x, y) in enumerate(centres[:3], start=1):
+        blob = (xx - x) ** 2 + (yy - y) ** 2 <= long_session.RADIUS**2
+        written = labels == object_id
+        assert (written & blob).sum() >= 0.9 * blob.sum() and (written & ~blob).sum() <= 0.3 * blob.sum()
+    assert labels[centres[3][1], centres[3][0]] == 0
+    assert all(len(o["hover_s"]) == len(long_session.HOVER_OFFSETS) and min(o["hover_s"]) > 0 and o["commit_s"] > 0 for o in done)
+    summary = long_session.summary(done)
+    assert summary["window"] == 1 and summary["ratio"]["commit_median"] > 0

@@ -171,3 +171,28 @@ def test_an_image_s_objects_layer_is_found_after_a_rename_while_the_panel_was_st
     reopened = viewer.add_image(np.zeros((30, 40)), name="slide")
     opened = viewer.add_labels(np.zeros((30, 40), np.uint32), name="mine", metadata={**saved, layers.IMAGE_KEY: "slide"})
     assert layers.existing_objects_layer(viewer, reopened) is opened and opened.name == "mine"  # the user's name stays
+
+
+def test_prompt_layers_change_only_when_what_they_show_changes():
+    """Each change of a layer's data makes napari recompute the viewer's dims: a commit or click
+    must not pay that for a layer that shows nothing before and after."""
+    from napari.components import ViewerModel
+
+    from triton_sam.prompts import Prompts
+
+    viewer = ViewerModel()
+    image = viewer.add_image(np.zeros((40, 60)))
+    points, box = layers.prompt_layers(viewer, image, above=image)
+    changes = []
+    for layer in (points, box):
+        layer.events.data.connect(lambda event, layer=layer: changes.append(layer.name))
+
+    layers.show_prompts(points, box, Prompts())
+    assert changes == []
+    layers.show_prompts(points, box, Prompts().with_point((10.0, 20.0)))
+    assert set(changes) == {layers.PROMPTS_NAME} and points.data.tolist() == [[20.0, 10.0]]
+    layers.show_prompts(points, box, Prompts(box=(5.0, 6.0, 30.0, 20.0)))
+    assert len(points.data) == 0 and box.nshapes == 1
+    changes.clear()
+    layers.show_prompts(points, box, Prompts())
+    assert set(changes) == {layers.BOX_NAME} and box.nshapes == 0
