@@ -161,6 +161,7 @@ def annotate(viewer, objects: int, repository: Path) -> tuple[list[dict], np.nda
         return done, layers.existing_objects_layer(viewer, image).data
     finally:
         widget.close_session()
+        viewer.window.remove_dock_widget(widget)  # the panel must not outlive its viewer
 
 
 def run(objects: int, workdir: Path = Path(".bench")) -> dict:
