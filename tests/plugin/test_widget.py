@@ -484,16 +484,18 @@ def test_our_keys_do_not_collide_with_napari_defaults(viewer, preset):
     assert {str(key) for key in ours & layers_} == ({"C", "S", "T"} if preset == "micro-sam" else set())
 
 
-def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):
+def test_the_model_box_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):
+    """The repository's models (backend Local), the server's (Triton: its repository index), listed
+    again when the backend or the server's address changes."""
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.backend_box.setCurrentText("Local")
     widget.form.repository_field.setText(str(synthetic_repository))
-    widget.find_models()
+    widget.form.find_models_button.click()
     qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Local repository"), timeout=10000)
     assert [widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())] == ["sam2.1_hiera_tiny"]
     widget.form.backend_box.setCurrentText("Triton")
     widget.form.url_field.setText(synthetic_server.grpc_url)
-    widget.find_models()
+    QTest.keyClick(widget.form.url_field, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Triton at"), timeout=10000)
     assert widget.form.model_box.currentText() == "sam2.1_hiera_tiny"
 
@@ -506,7 +508,7 @@ def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_pre
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.backend_box.setCurrentText("Triton")
     widget.form.url_field.setText(models_server.grpc_url)
-    widget.find_models()
+    widget.form.find_models_button.click()
     qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Triton at"), timeout=10000)
     assert sorted(widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())) == sorted(SERVED_MODELS)
     widget.form.model_box.setCurrentText("mobile_sam")
