@@ -1182,6 +1182,14 @@ def test_shift_n_shows_the_next_candidate_by_score_and_says_which(qtbot, viewer,
     qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
     np.testing.assert_array_equal(objects.data == 1, masks[ranked[1]])  # the candidate shown is the one stored
     assert objects.metadata[layers.PROVENANCE_KEY][1]["candidate"] == ranked[1]
+
+    click(viewer, world(image, 300, 150))  # the next object: its candidates, until a click changes it
+    new = widget.session.object
+    qtbot.waitUntil(lambda: new.points and new.decoded_version == new.version, timeout=10000)
+    key(viewer, "cycle")
+    assert "Showing candidate 2 of" in widget.form.status.label.text()
+    click(viewer, world(image, 310, 160))
+    assert widget.form.status.label.text() == f"Ready: hover to preview, click to add a point, {KEYS['commit']} to commit."
     widget.close_session()
 
 

@@ -82,6 +82,7 @@ class TritonSamWidget(QWidget):
             failed=self._failed,
             on_preview_shown=self.preview_shown.emit,
             show_telemetry=self._previewed,
+            news_over=self._news_over,
         )
         self._chosen: Image | None = None  # the image layer being started on
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
@@ -301,6 +302,11 @@ class TritonSamWidget(QWidget):
         status.set_figure("preview", figures)
         status.show_engine(self.session.engine.describe())
         if status.engine_trouble:
+            self.say_ready()
+
+    def _news_over(self, text: str) -> None:
+        """News of the object ("candidate 2 of 3") no longer holds: if the status still says it, how to segment."""
+        if self.form.status.shows(text):
             self.say_ready()
 
     def _theme_changed(self, event=None) -> None:
