@@ -15,8 +15,9 @@ import pytest
 from scipy import ndimage
 
 from conftest import SERVED_MODELS, start_server
-from synthetic import disk_image, slow_encodes
+from synthetic import disk_image, slow_encodes, write_repository
 from triton_sam import Predictor
+from triton_sam.registry import get_model
 
 napari = pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
@@ -982,16 +983,18 @@ def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own
     widget.close_session()
 
 
-def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so(qtbot, viewer, synthetic_repository):
+def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so(qtbot, viewer, tmp_path):
     """Choosing another image or model in the panel without Start: a click or Shift-C never acts
     on the session's image (it went to the old image, hidden under the new one); choosing the
     session's own again, or Start, brings mouse and keys back."""
     coins = viewer.add_image(disk_image(H, W, DISKS), name="coins")
     viewer.reset_view()
-    widget = start(qtbot, viewer, repository=synthetic_repository)
+    two = write_repository(get_model("sam2.1_hiera_small"), write_repository(get_model("sam2.1_hiera_tiny"), tmp_path))
+    widget = start(qtbot, viewer, repository=two)
+    widget.form.find_models_button.click()  # the model box: both models
     model = widget.form.model_box.currentText()
     cell = viewer.add_image(disk_image(H, W, DISKS[::-1]), name="cell")
-    for box, other in ((widget.form.image_box, "cell"), (widget.form.model_box, "mobile_sam")):
+    for box, other in ((widget.form.image_box, "cell"), (widget.form.model_box, "sam2.1_hiera_small")):
         shown = box.currentText()
         box.setCurrentText(other)
         click(viewer, world(cell, 300, 150))
