@@ -72,7 +72,8 @@ def test_the_model_box_lists_the_chosen_repository_s_models_and_the_folder_is_re
     assert _listed(widget) == [DEFAULT_MODEL, SMALL.model_id] and widget.form.model_box.currentText() == DEFAULT_MODEL
 
     small = write_repository(SMALL, tmp_path / "small")
-    choose_folder(qtbot, widget, small)
+    widget.form.repository_field.setText(str(small))
+    QTest.keyClick(widget.form.repository_field, Qt.Key.Key_Return)
     assert _listed(widget) == [SMALL.model_id] and widget.form.model_box.currentText() == SMALL.model_id
 
     widget.close()
