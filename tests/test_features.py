@@ -1,6 +1,7 @@
 """The embedding cache: keyed by content, bounded in megabytes, one encode per image."""
 
 import io
+import json
 import logging
 import threading
 import time
@@ -8,10 +9,14 @@ import time
 import numpy as np
 import pytest
 
+from synthetic import write_repository
+from triton_sam import contract
 from triton_sam.cli import main
 from triton_sam.engines import create_engine
 from triton_sam.features import ENV_DISK_GB, FeatureCache, content_signature, disk_files
 from triton_sam.registry import get_model
+from triton_sam.repository import locate
+from triton_sam.server.local import free_ports
 
 TINY = get_model("sam2.1_hiera_tiny")
 
@@ -113,6 +118,24 @@ def test_the_disk_cache_makes_a_new_session_instant_and_is_keyed_by_weights(synt
     engine.weights_id = "synthetic-b"  # other weights: never reuse their features
     FeatureCache(engine, disk_dir=tmp_path).features(_image(7))
     assert engine.encodes == 2
+
+
+def test_auto_without_a_server_keeps_features_on_disk_as_the_local_engine_does(tmp_path):
+    """Backend Auto (the panel's default) on a laptop without a server runs the local engine: its
+    exported files name their weights, so the disk cache keeps and reuses its features (it kept
+    none: Auto named no weights)."""
+    repository = write_repository(TINY, tmp_path / "repository")
+    for component in (TINY.encoder_name, TINY.decoder_name):  # as `export --random-init --seed 3` writes it
+        meta = repository / component / contract.METADATA_FILE
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "checkpoint": "random-init", "seed": 3}))
+    auto = create_engine(TINY, "auto", repository, url=f"127.0.0.1:{free_ports(1)[0]}", timeout_s=1.0)
+    assert auto.weights_id == f"{TINY.model_id}-seed-3" == locate(TINY, repository).weights_id
+    engine = CountingEngine(auto)
+    first = FeatureCache(engine, disk_dir=tmp_path / "disk").features(_image(5))
+    again = FeatureCache(engine, disk_dir=tmp_path / "disk")  # tomorrow's session
+    np.testing.assert_array_equal(again.features(_image(5)).arrays["image_embed"], first.arrays["image_embed"])
+    assert engine.encodes == 1 and again.disk_hits == 1 and len(disk_files(tmp_path / "disk")) == 1
+    auto.close()
 
 
 def test_an_engine_that_names_no_weights_keeps_nothing_on_disk_and_the_log_says_so_once(

@@ -8,9 +8,17 @@ from synthetic import write_repository
 from triton_sam import contract
 from triton_sam.errors import ModelFileError, ModelNotFoundError
 from triton_sam.registry import get_model
-from triton_sam.repository import exported_models, locate
+from triton_sam.repository import (
+    ENV_MODEL_REPOSITORY,
+    default_model_repository,
+    exported_models,
+    locate,
+    user_model_repository,
+    working_folder_note,
+)
 
 TINY = get_model("sam2.1_hiera_tiny")
+SMALL = get_model("sam2.1_hiera_small")
 
 
 def test_locate_finds_an_exported_model(synthetic_repository):
@@ -71,3 +79,60 @@ def test_an_export_under_the_previous_contract_is_refused_with_how_to_export_aga
         locate(TINY, tmp_path)
     assert f"triton-sam export {TINY.model_id} --checkpoint PATH" in str(refused.value)
     assert exported_models(tmp_path) == []
+
+
+def _default_in(folder, monkeypatch, env=None):
+    """`default_model_repository()` and `triton-sam models`' first line, started in `folder`."""
+    monkeypatch.chdir(folder)
+    if env is None:
+        monkeypatch.delenv(ENV_MODEL_REPOSITORY, raising=False)
+    else:
+        monkeypatch.setenv(ENV_MODEL_REPOSITORY, str(env))
+    command = [sys.executable, "-m", "triton_sam.cli", "models"]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return default_model_repository(), listed
+
+
+def test_the_default_repository_is_the_users_own_wherever_a_command_starts(tmp_path, monkeypatch):
+    """Issue #40: one repository per user (`$TRITON_SAM_MODEL_REPOSITORY` wins; an old
+    `./model_repository` with exported models is still used, with a note); `triton-sam models`
+    says which folder it checked, and with nothing there, how to fill it."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    users = tmp_path / "data" / "triton-sam" / "model_repository"
+    assert user_model_repository() == users
+    elsewhere, project = tmp_path / "elsewhere", tmp_path / "project"
+    for folder in (elsewhere, project / "model_repository"):
+        folder.mkdir(parents=True)
+
+    repository, listed = _default_in(elsewhere, monkeypatch)
+    assert repository == users and listed.startswith(f"Model repository: {users}\n{TINY.model_id:28s} not exported\n")
+    assert f"None exported yet. Run `triton-sam setup {TINY.model_id} --output {users}`" in listed
+
+    repository, listed = _default_in(project, monkeypatch)  # an empty ./model_repository (as the checkout has)
+    assert repository == users and "note:" not in listed
+
+    write_repository(TINY, users)
+    repository, listed = _default_in(elsewhere, monkeypatch)
+    assert repository == users and f"{TINY.model_id:28s} exported\n" in listed and "None exported" not in listed
+
+    write_repository(SMALL, project / "model_repository")  # exported where earlier versions exported
+    repository, listed = _default_in(project, monkeypatch)
+    assert repository == project / "model_repository"
+    note, where, *models = listed.splitlines()
+    assert note == working_folder_note(repository) and str(users) in note and ENV_MODEL_REPOSITORY in note
+    assert where == f"Model repository: {repository}" and f"{SMALL.model_id:28s} exported" in models
+
+    chosen = tmp_path / "chosen"
+    for folder in (elsewhere, project):  # the environment wins everywhere
+        repository, listed = _default_in(folder, monkeypatch, env=chosen)
+        assert repository == chosen and listed.startswith(f"Model repository: {chosen}\n")
+
+
+def test_a_missing_model_names_the_folder_and_the_command_that_fills_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_MODEL_REPOSITORY, str(tmp_path / "models"))
+    with pytest.raises(ModelNotFoundError) as missing:
+        locate(TINY)
+    said = str(missing.value)
+    assert f"not exported in {tmp_path / 'models'}" in said
+    assert f"`triton-sam setup {TINY.model_id} --output {tmp_path / 'models'}`" in said

@@ -10,8 +10,13 @@ from pathlib import Path
 
 from . import __version__
 from .errors import TritonSamError
-from .registry import MODELS, get_model
-from .repository import default_model_repository, exported_models, locate
+from .registry import DEFAULT_MODEL, MODELS, get_model
+from .repository import default_model_repository, exported_models, locate, setup_hint, working_folder_note
+
+REPOSITORY_DEFAULT = (
+    "default: $TRITON_SAM_MODEL_REPOSITORY, else ./model_repository if it holds exported models, "
+    "else the user's own (`triton-sam models` prints which)"
+)
 
 
 class _ProgressBar:
@@ -46,14 +51,26 @@ def _download(args) -> Path:
     return path
 
 
+def _repository(given: Path | None) -> Path:
+    """The repository a command works on: the one given, else the default (with a note when that is
+    the working folder's)."""
+    if given is not None:
+        return given
+    repository = default_model_repository()
+    if (note := working_folder_note(repository)) is not None:
+        print(note)
+    return repository
+
+
 def _export(args, checkpoint: Path | None = None) -> None:
     checkpoint = checkpoint or args.checkpoint
     seed = None if checkpoint else args.seed
+    output = _repository(args.output)
     try:
         from .export import export_model
 
         paths = export_model(
-            get_model(args.model), args.output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt, half=args.fp16
+            get_model(args.model), output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt, half=args.fp16
         )
     except ImportError as error:
         raise TritonSamError(
@@ -65,13 +82,17 @@ def _export(args, checkpoint: Path | None = None) -> None:
 
 
 def _cmd_models(args) -> None:
-    exported = set(exported_models(args.model_repository))
+    repository = _repository(args.model_repository)
+    print(f"Model repository: {repository}")
+    exported = set(exported_models(repository))
     for model_id, spec in MODELS.items():
         state = "not exported"
         if model_id in exported:
-            found = locate(spec, args.model_repository)
+            found = locate(spec, repository)
             state = "exported (random weights: the interface works, masks are noise)" if found.random_weights else "exported"
         print(f"{model_id:28s} {state}")
+    if not exported:
+        print("None exported yet. " + setup_hint(get_model(DEFAULT_MODEL), repository))
 
 
 def _cmd_cache(args) -> None:
@@ -100,8 +121,9 @@ def _cmd_serve(args) -> None:
     from .engines.connection import ENV_API_KEY
     from .server.local import LocalTritonServer
 
+    repository = _repository(args.model_repository)
     server = LocalTritonServer(
-        args.model_repository,
+        repository,
         host=args.host,
         http_port=args.http_port,
         grpc_port=args.grpc_port,
@@ -115,10 +137,10 @@ def _cmd_serve(args) -> None:
     )
     if not server.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: anyone who can reach {args.host} can use this server; set ${ENV_API_KEY} to require a key.")
-    print(f"Starting Triton on {args.host} (gRPC {args.grpc_port}, HTTP {args.http_port}) for {args.model_repository} ...")
+    print(f"Starting Triton on {args.host} (gRPC {args.grpc_port}, HTTP {args.http_port}) for {repository} ...")
     signal.signal(signal.SIGTERM, _interrupt)  # `kill`, systemd, docker stop: stop Triton as Ctrl-C does
     with server:
-        served = [m for m in exported_models(args.model_repository) if args.models is None or m in args.models]
+        served = [m for m in exported_models(repository) if args.models is None or m in args.models]
         models = ", ".join(served) or "none exported yet"
         key = f" (clients need ${ENV_API_KEY})" if server.api_key else ""
         print(f"Ready. Models: {models}. Point the plugin at {server.grpc_url}{key}. Ctrl-C stops the server.", flush=True)
@@ -148,7 +170,7 @@ def _add_download_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_export_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", type=Path, default=default_model_repository(), help="Triton model repository")
+    parser.add_argument("--output", type=Path, default=None, help=f"Triton model repository ({REPOSITORY_DEFAULT})")
     parser.add_argument("--tensorrt", action="store_true", help="add the TensorRT FP16 accelerator to config.pbtxt")
     parser.add_argument("--fp16", action="store_true", help="encoder backbone in float16: for GPUs (see BENCHMARKS.md)")
 
@@ -159,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     models = commands.add_parser("models", help="list known models and whether they are exported")
-    models.add_argument("--model-repository", type=Path, default=default_model_repository())
+    models.add_argument("--model-repository", type=Path, default=None, help=REPOSITORY_DEFAULT)
     models.set_defaults(func=_cmd_models)
 
     cache = commands.add_parser("cache", help="the image features napari keeps on disk: how much, where; --clear removes them")
@@ -188,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup.set_defaults(func=_cmd_setup)
 
     serve = commands.add_parser("serve", help="run a Triton server on this machine (nvidia-pytriton's binary)")
-    serve.add_argument("--model-repository", type=Path, default=default_model_repository())
+    serve.add_argument("--model-repository", type=Path, default=None, help=REPOSITORY_DEFAULT)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--grpc-port", type=int, default=8001)

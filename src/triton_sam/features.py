@@ -5,7 +5,8 @@ shown with the same contrast hits the cache whatever layer or file it came from.
 features are also kept on disk (one `.npz` per image, under the weights' id), so that reopening a
 dataset is instant; features a server keeps are not written. Exports from random weights are
 named by their seed, so they are kept like any checkpoint's; an engine that does not name its
-weights keeps nothing on disk, and the log says so once. The disk cache is bounded (a SAM2.1
+weights keeps nothing on disk, and the log says so once (`backend="auto"` names the local engine's
+when it starts on it: its cache keeps them for the session). The disk cache is bounded (a SAM2.1
 plane's features are 16 MiB: a long session over stacks would otherwise fill a laptop's disk): past
 the bound the files used least recently go, whichever model wrote them.
 """

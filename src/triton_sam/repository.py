@@ -2,6 +2,8 @@
 
 Layout: `<repo>/<model_id>_encoder/{config.pbtxt, triton_sam.json, 1/model.onnx}` and the same
 for `_decoder`. `triton_sam.json` records the model id, contract version and weights used.
+One repository per user is the default of `setup`, `export`, `models`, `serve`, the Python API
+and the napari panel, wherever they start (`default_model_repository` says which).
 """
 
 from __future__ import annotations
@@ -11,17 +13,51 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from platformdirs import user_data_dir
+
 from . import contract
 from .errors import ModelFileError, ModelNotFoundError
 from .registry import MODELS, ModelSpec
 
 ENV_MODEL_REPOSITORY = "TRITON_SAM_MODEL_REPOSITORY"
 ENCODER_FP32, ENCODER_FP16 = "fp32", "fp16"  # metadata `encoder_precision`
+WORKING_FOLDER_REPOSITORY = "model_repository"  # the default of earlier versions, in the working folder
+
+
+def user_model_repository() -> Path:
+    """The user's own repository: `model_repository` in triton-sam's folder of the platform's user
+    data (`~/.local/share/triton-sam/model_repository` on Linux, `$XDG_DATA_HOME` if set)."""
+    return Path(user_data_dir("triton-sam")) / "model_repository"
 
 
 def default_model_repository() -> Path:
-    """`$TRITON_SAM_MODEL_REPOSITORY`, else `model_repository/` in the working directory."""
-    return Path(os.environ.get(ENV_MODEL_REPOSITORY) or "model_repository")
+    """The repository used where none is named: `$TRITON_SAM_MODEL_REPOSITORY`; else
+    `./model_repository` of the working folder if it holds exported models (where earlier versions
+    exported them: they keep working); else the user's own (`user_model_repository`)."""
+    if os.environ.get(ENV_MODEL_REPOSITORY):
+        return Path(os.environ[ENV_MODEL_REPOSITORY]).expanduser()
+    working_folder_s = _working_folder_repository()
+    if working_folder_s is not None and exported_models(working_folder_s):
+        return working_folder_s
+    return user_model_repository()
+
+
+def _working_folder_repository() -> Path | None:
+    """`./model_repository`, absolute (None when the working folder was deleted)."""
+    try:
+        return Path.cwd() / WORKING_FOLDER_REPOSITORY
+    except FileNotFoundError:
+        return None
+
+
+def working_folder_note(repository: Path) -> str | None:
+    """One line saying why `repository` is used when it is the working folder's (None otherwise)."""
+    if os.environ.get(ENV_MODEL_REPOSITORY) or Path(repository) != _working_folder_repository():
+        return None
+    return (
+        f"note: using {repository}, which holds exported models; started elsewhere, triton-sam uses "
+        f"{user_model_repository()} (move the models there, or set ${ENV_MODEL_REPOSITORY}, for one folder everywhere)."
+    )
 
 
 def onnx_path(repository: Path, triton_name: str) -> Path:
@@ -73,7 +109,8 @@ class ExportedModel:
         return f"{self.spec.model_id}-{weights}" + ("" if precision == ENCODER_FP32 else f"-{precision}")
 
 
-def _setup_hint(spec: ModelSpec, repository: Path) -> str:
+def setup_hint(spec: ModelSpec, repository: Path) -> str:
+    """The commands that export `spec` into `repository`."""
     return (
         f"Run `triton-sam setup {spec.model_id} --output {repository}` (downloads the checkpoint), "
         f"or `triton-sam export {spec.model_id} --checkpoint PATH --output {repository}`."
@@ -89,15 +126,15 @@ def locate(spec: ModelSpec, repository: Path | None = None) -> ExportedModel:
         path = onnx_path(repository, name)
         if not path.is_file():
             raise ModelNotFoundError(
-                f"Model {spec.model_id} is not exported in {repository} (missing {path}). " + _setup_hint(spec, repository)
+                f"Model {spec.model_id} is not exported in {repository} (missing {path}). " + setup_hint(spec, repository)
             )
         meta = read_metadata(path.parent.parent)
         if meta is None or meta.get("model_id") != spec.model_id:
-            raise ModelFileError(f"{path.parent.parent} has no valid triton-sam metadata. " + _setup_hint(spec, repository))
+            raise ModelFileError(f"{path.parent.parent} has no valid triton-sam metadata. " + setup_hint(spec, repository))
         if meta.get("contract_version") != contract.CONTRACT_VERSION:
             raise ModelFileError(
                 f"{path.parent.parent} was exported for tensor contract version {meta.get('contract_version')}; "
-                f"this triton-sam needs {contract.CONTRACT_VERSION}. Export it again: " + _setup_hint(spec, repository)
+                f"this triton-sam needs {contract.CONTRACT_VERSION}. Export it again: " + setup_hint(spec, repository)
             )
         paths[component] = path
         metadata[component] = meta

@@ -67,6 +67,9 @@ def test_micro_sam_keys_t_toggles_negative_points_s_shows_the_prompts_object_shi
     press(viewer, "S")  # the object its prompts make, alone
     qtbot.waitUntil(lambda: preview.data[150, 300] == 0, timeout=5000)
     assert preview.data[80, 80] == 1 and layers.objects_name(image) not in viewer.layers  # nothing written yet
+    for _ in range(3):  # round the three candidates, back to the first
+        press(viewer, "Shift-N")
+        assert _status(widget).endswith("Shift-N for the next, C commits it."), _status(widget)  # the keys bound
 
     press(viewer, "C")
     qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)

@@ -15,8 +15,9 @@ import pytest
 from scipy import ndimage
 
 from conftest import SERVED_MODELS, start_server
-from synthetic import disk_image, slow_encodes
+from synthetic import disk_image, slow_encodes, write_repository
 from triton_sam import Predictor
+from triton_sam.registry import get_model
 
 napari = pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
@@ -484,16 +485,18 @@ def test_our_keys_do_not_collide_with_napari_defaults(viewer, preset):
     assert {str(key) for key in ours & layers_} == ({"C", "S", "T"} if preset == "micro-sam" else set())
 
 
-def test_find_models_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):
+def test_the_model_box_lists_what_the_backend_offers(qtbot, viewer, synthetic_repository, synthetic_server):
+    """The repository's models (backend Local), the server's (Triton: its repository index), listed
+    again when the backend or the server's address changes."""
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.backend_box.setCurrentText("Local")
     widget.form.repository_field.setText(str(synthetic_repository))
-    widget.find_models()
+    widget.form.find_models_button.click()
     qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Local repository"), timeout=10000)
     assert [widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())] == ["sam2.1_hiera_tiny"]
     widget.form.backend_box.setCurrentText("Triton")
     widget.form.url_field.setText(synthetic_server.grpc_url)
-    widget.find_models()
+    QTest.keyClick(widget.form.url_field, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Triton at"), timeout=10000)
     assert widget.form.model_box.currentText() == "sam2.1_hiera_tiny"
 
@@ -506,7 +509,7 @@ def test_a_sam1_family_model_served_next_to_sam2_previews_what_the_predictor_pre
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.backend_box.setCurrentText("Triton")
     widget.form.url_field.setText(models_server.grpc_url)
-    widget.find_models()
+    widget.form.find_models_button.click()
     qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Triton at"), timeout=10000)
     assert sorted(widget.form.model_box.itemText(i) for i in range(widget.form.model_box.count())) == sorted(SERVED_MODELS)
     widget.form.model_box.setCurrentText("mobile_sam")
@@ -980,16 +983,18 @@ def test_plugin_layers_sit_above_the_image_started_on_and_each_image_has_its_own
     widget.close_session()
 
 
-def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so(qtbot, viewer, synthetic_repository):
+def test_another_image_or_model_chosen_without_start_refuses_prompts_and_says_so(qtbot, viewer, tmp_path):
     """Choosing another image or model in the panel without Start: a click or Shift-C never acts
     on the session's image (it went to the old image, hidden under the new one); choosing the
     session's own again, or Start, brings mouse and keys back."""
     coins = viewer.add_image(disk_image(H, W, DISKS), name="coins")
     viewer.reset_view()
-    widget = start(qtbot, viewer, repository=synthetic_repository)
+    two = write_repository(get_model("sam2.1_hiera_small"), write_repository(get_model("sam2.1_hiera_tiny"), tmp_path))
+    widget = start(qtbot, viewer, repository=two)
+    widget.form.find_models_button.click()  # the model box: both models
     model = widget.form.model_box.currentText()
     cell = viewer.add_image(disk_image(H, W, DISKS[::-1]), name="cell")
-    for box, other in ((widget.form.image_box, "cell"), (widget.form.model_box, "mobile_sam")):
+    for box, other in ((widget.form.image_box, "cell"), (widget.form.model_box, "sam2.1_hiera_small")):
         shown = box.currentText()
         box.setCurrentText(other)
         click(viewer, world(cell, 300, 150))
@@ -1180,6 +1185,14 @@ def test_shift_n_shows_the_next_candidate_by_score_and_says_which(qtbot, viewer,
     qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
     np.testing.assert_array_equal(objects.data == 1, masks[ranked[1]])  # the candidate shown is the one stored
     assert objects.metadata[layers.PROVENANCE_KEY][1]["candidate"] == ranked[1]
+
+    click(viewer, world(image, 300, 150))  # the next object: its candidates, until a click changes it
+    new = widget.session.object
+    qtbot.waitUntil(lambda: new.points and new.decoded_version == new.version, timeout=10000)
+    key(viewer, "cycle")
+    assert "Showing candidate 2 of" in widget.form.status.label.text()
+    click(viewer, world(image, 310, 160))
+    assert widget.form.status.label.text() == f"Ready: hover to preview, click to add a point, {KEYS['commit']} to commit."
     widget.close_session()
 
 

@@ -10,7 +10,7 @@ DOCKER = Path(__file__).resolve().parents[2] / "docker"
 def test_compose_exposes_ports_gpu_shm_volume_and_healthcheck():
     service = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())["services"]["triton"]
     assert {p.split(":")[0] for p in service["ports"]} == {"8000", "8001", "8002"}
-    assert service["volumes"] == ["../model_repository:/models:ro"]
+    assert service["volumes"] == ["${TRITON_SAM_MODEL_REPOSITORY:-../model_repository}:/models:ro"]  # as the CLI's
     assert (DOCKER / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
     assert service["shm_size"]
     (device,) = service["deploy"]["resources"]["reservations"]["devices"]

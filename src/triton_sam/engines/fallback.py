@@ -100,6 +100,13 @@ class FallbackEngine(Engine):
     def settle_hovers(self) -> bool:
         return self.active.settle_hovers
 
+    @property
+    def weights_id(self) -> str | None:
+        """The weights of the engine in use: the local engine's exported files name theirs (so a
+        session that starts local keeps features on disk; features loaded from there are decoded
+        locally); a server's are unknown."""
+        return self.active.weights_id
+
     def describe(self) -> str:
         reason = self.fallback_reason
         if reason is None:

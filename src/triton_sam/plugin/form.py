@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from qtpy.QtCore import QSettings, Qt
+from qtpy.QtCore import QSettings, QSignalBlocker, Qt, Signal
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QFrame,
     QGroupBox,
@@ -31,7 +32,7 @@ from qtpy.QtWidgets import (
 
 from ..engines import TritonConnection
 from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
-from ..registry import DEFAULT_MODEL, MODELS, ModelSpec, get_model
+from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
 from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
@@ -79,6 +80,8 @@ class _VerticalScroll(QScrollArea):
 class SettingsForm(QWidget):
     """The fields of the dock widget, laid out, filled from the environment and the last session."""
 
+    repository_changed = Signal()  # another model repository typed or chosen (and saved)
+
     def __init__(self) -> None:
         super().__init__()
         self._settings = QSettings("triton-sam", "triton-sam")
@@ -92,12 +95,16 @@ class SettingsForm(QWidget):
         self.api_key_field.setEchoMode(QLineEdit.EchoMode.Password)
         self.tls_check = QCheckBox("TLS")
         self.tls_check.setChecked(_flag(s, "tls", False))
-        self.model_box = QComboBox()
-        self.model_box.addItems(list(MODELS))
-        self.model_box.setCurrentText(_setting(s, "model", ENV_MODEL, DEFAULT_MODEL))
+        self.model_box = QComboBox()  # what the repository or server offers (`show_models`); until then, the last choice
+        self.model_box.addItem(_setting(s, "model", ENV_MODEL, DEFAULT_MODEL))
         self.repository_field = QLineEdit(
             _setting(s, "repository", ENV_MODEL_REPOSITORY, str(default_model_repository().resolve()))
         )
+        self.repository_field.editingFinished.connect(self._repository_edited)
+        self._repository = self.repository_field.text()  # as last listed
+        self.repository_button = QPushButton("…")
+        self.repository_button.setToolTip("Choose the model repository folder (`triton-sam models` prints the default)")
+        self.repository_button.clicked.connect(self.choose_repository)
         self.image_box = QComboBox()
         self.find_models_button = QPushButton("Find models")
         self.start_button = QPushButton("Start")
@@ -189,7 +196,7 @@ class SettingsForm(QWidget):
             ("", self.tls_check),
             ("Model", self.model_box),
             ("", self.find_models_button),
-            ("Model repository", self.repository_field),
+            ("Model repository", _row(self.repository_field, self.repository_button)),
             ("Image layer", self.image_box),
             ("Keys", self.keys_box),
             ("Custom keys", self.custom_keys_field),
@@ -280,7 +287,35 @@ class SettingsForm(QWidget):
         return get_model(self.model_box.currentText())
 
     def chosen_repository(self) -> Path:
-        return Path(self.repository_field.text()).expanduser()
+        """The repository field's folder (empty: the default one)."""
+        text = self.repository_field.text().strip()
+        return Path(text).expanduser() if text else default_model_repository()
+
+    def choose_repository(self) -> None:
+        """The "…" button: a folder chooser for the model repository."""
+        dialog = QFileDialog(self, "Model repository", str(self.chosen_repository()))
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly)
+        if dialog.exec() and dialog.selectedFiles():
+            self.repository_field.setText(dialog.selectedFiles()[0])
+            self._repository_edited()
+
+    def _repository_edited(self) -> None:
+        """The repository field holds another folder: remember it, and say so (`repository_changed`)."""
+        if self.repository_field.text() != self._repository:
+            self._repository = self.repository_field.text()
+            self._settings.setValue("repository", self._repository)
+            self.repository_changed.emit()
+
+    def show_models(self, models: list[str]) -> None:
+        """List `models` in the model box, the one chosen kept if listed; none: the choice stays alone."""
+        current = self.model_box.currentText()
+        with QSignalBlocker(self.model_box):  # the box passes through other names while it is filled
+            self.model_box.clear()
+            self.model_box.addItems(models or [current])
+            self.model_box.setCurrentText(current)
+        if self.model_box.currentText() != current:
+            self.model_box.currentTextChanged.emit(self.model_box.currentText())
 
     def connection(self) -> TritonConnection:
         """The Triton server the form names."""
@@ -306,6 +341,16 @@ class SettingsForm(QWidget):
         self._settings.setValue("keys", self.keys_box.currentText())
         if self.keys_box.currentText() == CUSTOM:
             self._settings.setValue("custom_keys", self.custom_keys_field.text())
+
+
+def _row(field: QWidget, button: QPushButton) -> QWidget:
+    """`field` with `button` at its right."""
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(field, 1)
+    layout.addWidget(button)
+    return row
 
 
 def _spin(field, low, high, value, tip: str):

@@ -38,6 +38,8 @@ class Interaction:
     in (set at Start); `cursor` the world position of the last mouse move over the canvas (None
     once it left). It acts only while `interactive()`; `switched_on()` is the panel's switch, and
     `out_of_step()` says why not when the panel shows another image or model than the session's.
+    `keys` are the keys bound (`keys.KeyChoice` sets them); `news_over(text)` is told when a status
+    it said ("Showing candidate 2 of 3") no longer holds: the object changed.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Interaction:
         failed: Callable[[Exception], None],
         on_preview_shown: Callable[[Preview], None],
         show_telemetry: Callable[[str], None],
+        news_over: Callable[[str], None],
     ) -> None:
         self.viewer = viewer
         self.encoding = encoding
@@ -58,6 +61,9 @@ class Interaction:
         self.prompts = self.box = None
         self.cursor = None
         self.negative_points = False  # clicks add negative points (micro-sam's T)
+        self.keys: dict[str, str] = dict(KEYS)
+        self._candidate_said: str | None = None  # the status Shift-N last gave, until the object changes
+        self._news_over = news_over
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
         self._on_preview_shown, self._show_telemetry = on_preview_shown, show_telemetry
 
@@ -101,6 +107,13 @@ class Interaction:
             self._failed(error)
             return
         self.draw_prompts()
+        self._object_changed()
+
+    def _object_changed(self) -> None:
+        """A prompt added or taken back, the object discarded or left: which candidate it showed no longer holds."""
+        if self._candidate_said is not None:
+            self._news_over(self._candidate_said)
+            self._candidate_said = None
 
     def show_box(self, box: tuple[float, float, float, float]) -> None:
         """Draw a box being dragged (not yet a prompt)."""
@@ -118,6 +131,7 @@ class Interaction:
         self.session.leave()
         self.preview.show(None)
         self.draw_prompts(clear=True)
+        self._object_changed()
 
     def plane_shown(self) -> None:
         """The plane asked for is encoded: its object in progress, if any, and the preview at the cursor."""
@@ -160,11 +174,13 @@ class Interaction:
         if self.acts():
             self.session.discard()
             self.draw_prompts()
+            self._object_changed()
 
     def undo(self) -> None:
         if self.acts():
             self.session.undo()
             self.draw_prompts()
+            self._object_changed()
 
     def cycle(self) -> None:
         """Show the object's next candidate mask by score, and say which ("candidate 2 of 3")."""
@@ -172,13 +188,14 @@ class Interaction:
             return
         shown = self.session.cycle_candidate()
         if shown is None:
-            self._set_status(f"No candidates to cycle: click on an object first ({KEYS['cycle']} shows its other masks).")
+            self._set_status(f"No candidates to cycle: click on an object first ({self.keys['cycle']} shows its other masks).")
             return
         place, count = shown.place
-        self._set_status(
+        self._candidate_said = (
             f"Showing candidate {place} of {count} by predicted IoU ({shown.score:.2f}): "
-            f"{KEYS['cycle']} for the next, {KEYS['commit']} commits it."
+            f"{self.keys['cycle']} for the next, {self.keys['commit']} commits it."
         )
+        self._set_status(self._candidate_said)
 
     def draw_prompts(self, clear: bool = False) -> None:
         """Draw the prompts of the object in progress on the plane on screen (`clear`: none)."""

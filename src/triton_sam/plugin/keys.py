@@ -150,6 +150,7 @@ class KeyChoice:
         self._unbind()
         self.keys = dict(keys)
         self.target.negative_points = False
+        self.target.keys = self.keys  # what its messages name
         self._actions = {key: self._action(name) for name, key in keys.items()}
         self._bound = bindings.bind_keys(self.viewer, self._actions)
         self.form.show_keys(self.keys)

@@ -72,6 +72,10 @@ class StatusArea(QWidget):
         self._colour()
         self._update_tooltip()
 
+    def shows(self, text: str) -> bool:
+        """Whether the message is `text` still (nothing was said since)."""
+        return self._said == text
+
     def set_warning_colour(self, colour: str) -> None:
         """The colour errors are shown in (the viewer's theme changed); an error shown takes it at once."""
         self.warning_colour = colour

@@ -11,7 +11,6 @@ GUI thread before they touch a layer.
 from __future__ import annotations
 
 import weakref
-from dataclasses import replace
 from functools import partial
 
 import napari
@@ -22,10 +21,9 @@ from qtpy.QtCore import QEvent, QSignalBlocker, QTimer, Signal
 from qtpy.QtWidgets import QVBoxLayout, QWidget
 from superqt.utils import ensure_main_thread
 
-from ..engines import create_engine, offered_models
+from ..engines import create_engine
 from ..errors import InvalidInputError, ServerBusyError, ServerUnavailableError
 from ..features import FeatureCache, default_disk_dir
-from ..registry import MODELS
 from ..session import UNDECODED, InteractiveSession
 from . import bindings, layers
 from . import preview as previews
@@ -34,6 +32,7 @@ from .encoding import PlaneEncoding
 from .form import SettingsForm
 from .interaction import Interaction
 from .keys import KeyChoice
+from .model_list import ModelList
 from .propagation import LabelPropagation
 from .workers import make_worker
 
@@ -83,6 +82,7 @@ class TritonSamWidget(QWidget):
             failed=self._failed,
             on_preview_shown=self.preview_shown.emit,
             show_telemetry=self._previewed,
+            news_over=self._news_over,
         )
         self._chosen: Image | None = None  # the image layer being started on
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
@@ -98,7 +98,6 @@ class TritonSamWidget(QWidget):
         self._automatic = AutomaticSegmentation(napari_viewer, self.encoding, self.form)
         self._on_move = partial(bindings.hover, self.interaction)
         self._on_press = partial(bindings.press, self.interaction)
-        self.form.find_models_button.clicked.connect(self.find_models)
         self.form.start_button.clicked.connect(self.connect_engine)
         self.form.encode_all_button.clicked.connect(self.toggle_encode_all)
         self.form.propagate_button.clicked.connect(self._propagation.toggle)
@@ -107,6 +106,7 @@ class TritonSamWidget(QWidget):
         self.form.image_box.currentTextChanged.connect(self._enable_stack_controls)
         self.form.image_box.currentTextChanged.connect(self._choice_changed)
         self.form.model_box.currentTextChanged.connect(self._choice_changed)
+        self.models = ModelList(self.form, self._failed)  # the model box: what the repository or server offers
         # napari deletes docked widgets with its window without closing them, and may keep their
         # Python side alive: the engine goes when the Qt side does.
         self.destroyed.connect(partial(_let_go_of, weakref.ref(self)))
@@ -169,27 +169,6 @@ class TritonSamWidget(QWidget):
                 self.form.image_box.setCurrentText(preferred)
         if self.form.image_box.currentText() != current:
             self.form.image_box.currentTextChanged.emit(self.form.image_box.currentText())
-
-    def find_models(self) -> None:
-        """Fill the model list with what the server (or the local repository) offers."""
-        worker = make_worker(
-            offered_models,
-            self.form.chosen_backend(),
-            self.form.chosen_repository(),
-            replace(self.form.connection(), timeout_s=3.0),
-        )
-        worker.returned.connect(self._models_found)
-        worker.errored.connect(self._failed)
-        worker.start()
-
-    def _models_found(self, found: tuple[str, list[str]]) -> None:
-        where, models = found
-        current = self.form.model_box.currentText()
-        self.form.model_box.clear()
-        self.form.model_box.addItems(models or list(MODELS))
-        if current in models or not models:
-            self.form.model_box.setCurrentText(current)
-        self.form.set_status(f"{where}: {', '.join(models) if models else 'no exported models'}.")
 
     # --- engine and planes ----------------------------------------------------------------------
 
@@ -323,6 +302,11 @@ class TritonSamWidget(QWidget):
         status.set_figure("preview", figures)
         status.show_engine(self.session.engine.describe())
         if status.engine_trouble:
+            self.say_ready()
+
+    def _news_over(self, text: str) -> None:
+        """News of the object ("candidate 2 of 3") no longer holds: if the status still says it, how to segment."""
+        if self.form.status.shows(text):
             self.say_ready()
 
     def _theme_changed(self, event=None) -> None:

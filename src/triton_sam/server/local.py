@@ -235,7 +235,10 @@ class LocalTritonServer:
     def start(self, timeout_s: float = 120.0) -> LocalTritonServer:
         """Start the server and wait until it answers ready; raise with its log if it does not."""
         if not self.model_repository.is_dir():
-            raise TritonSamError(f"Model repository {self.model_repository} does not exist; export a model first.")
+            raise TritonSamError(
+                f"Model repository {self.model_repository} does not exist; export a model into it first: "
+                f"`triton-sam setup MODEL --output {self.model_repository}`."
+            )
         self._check_ports_free()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-sam-serve-"))
         view = serving_repository(self.model_repository, self._workdir / "models", self.session_batching, self.models)
