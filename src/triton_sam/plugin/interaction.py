@@ -16,7 +16,7 @@ import numpy as np
 from superqt.utils import ensure_main_thread
 
 from ..errors import TritonSamError
-from ..session import ObjectInProgress, Preview
+from ..session import Committed, ObjectInProgress, Preview
 from . import bindings, layers
 from . import preview as previews
 from .bindings import KEYS
@@ -38,6 +38,7 @@ class Interaction:
     in (set at Start); `cursor` the world position of the last mouse move over the canvas (None
     once it left). It acts only while `interactive()`; `switched_on()` is the panel's switch, and
     `out_of_step()` says why not when the panel shows another image or model than the session's.
+    `on_committed(committed, plane)` is told of each object written into the objects layer.
     """
 
     def __init__(
@@ -51,6 +52,7 @@ class Interaction:
         failed: Callable[[Exception], None],
         on_preview_shown: Callable[[Preview], None],
         show_telemetry: Callable[[str], None],
+        on_committed: Callable[[Committed, tuple[int, ...]], None],
     ) -> None:
         self.viewer = viewer
         self.encoding = encoding
@@ -59,7 +61,7 @@ class Interaction:
         self.cursor = None
         self.negative_points = False  # clicks add negative points (micro-sam's T)
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
-        self._on_preview_shown, self._show_telemetry = on_preview_shown, show_telemetry
+        self._on_preview_shown, self._show_telemetry, self._on_committed = on_preview_shown, show_telemetry, on_committed
 
     @property
     def session(self):
@@ -112,6 +114,15 @@ class Interaction:
         if self.session is not None:
             self.session.leave()
 
+    def canvas_crossed(self, event=None) -> None:
+        """The cursor left the canvas (for the panel, another window): its preview goes, the object
+        in progress stays, and a plane shown later is not previewed where the cursor once was."""
+        if self.viewer.mouse_over_canvas:
+            return
+        self.cursor = None
+        if self.interactive():
+            self.session.leave()
+
     def leave_plane(self) -> None:
         """The plane on screen changes: its preview and prompts go at once (never another plane's
         mask, nor its object)."""
@@ -154,6 +165,8 @@ class Interaction:
         objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self.encoding.large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         objects.selected_label = committed.object_id  # what Propagate tracks
+        if written:
+            self._on_committed(committed, index)
         self._set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:

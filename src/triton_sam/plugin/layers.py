@@ -59,6 +59,11 @@ def plane_key(layer: Image, index: tuple[int, ...]) -> Hashable:
     return (id(layer), index)
 
 
+def of_layer(layer: Image, key: Hashable) -> bool:
+    """Whether `key` (a `plane_key`) is of a plane of `layer`."""
+    return isinstance(key, tuple) and key[:1] == (id(layer),)
+
+
 def plane_data(layer: Image, index: tuple[int, ...]):
     """The plane, (Y, X) or (Y, X, C) for RGB(A), at full resolution (a multiscale layer's level 0),
     as the layer holds it: a dask or zarr plane is read only where the session reads it."""
