@@ -64,6 +64,16 @@ def press(viewer, key: str) -> None:
     QTest.keyClick(viewer.window._qt_viewer.canvas.native, getattr(Qt.Key, f"Key_{name}"), modifiers)
 
 
+def wait(widget, condition) -> None:
+    """`wait_until`, saying on a timeout what the panel showed."""
+    try:
+        wait_until(condition)
+    except TimeoutError:
+        encoding = widget.encoding
+        print("status:", widget.form.status.label.text(), "| plane:", encoding.index, encoding.session.plane, flush=True)
+        raise
+
+
 def showing(widget, index: int) -> bool:
     """The panel shows series image `index`, started and encoded."""
     panel = widget.series
@@ -79,11 +89,11 @@ def annotate(viewer, widget, folder: Path) -> None:
     panel, keys = widget.series, widget.form.keys
     panel.open(folder)
     for index in range(STACK + 1):
-        wait_until(lambda index=index: showing(widget, index))
+        wait(widget, lambda index=index: showing(widget, index))
         image = panel.image
         if index == STACK:
             viewer.dims.set_current_step(0, 1)
-            wait_until(lambda: widget.ready)
+            wait(widget, lambda: widget.ready)
         for number, (x, y) in enumerate(OBJECTS[index], 1):
             click(viewer, image, x, y)
             if index == 0 and number == 1:  # an object in progress: moving on is refused, nothing is lost
@@ -91,8 +101,8 @@ def annotate(viewer, widget, folder: Path) -> None:
                 assert panel.series.index == 0 and "commit it" in widget.form.status.label.text(), widget.form.status.label.text()
             press(viewer, keys["commit"])
             objects = layers.existing_objects_layer(viewer, image)
-            wait_until(lambda objects=objects, number=number: objects is not None and number in objects.data)
-            wait_until(lambda: saved(panel))
+            wait(widget, lambda objects=objects, number=number: objects is not None and number in objects.data)
+            wait(widget, lambda: saved(panel))
             on_disk = panel.series.labels(index)
             print(f"saved {index} {number} {int((on_disk == number).sum())}", flush=True)
         if index < STACK:
@@ -128,21 +138,21 @@ def check_export(panel, out: Path, index: int, shown: np.ndarray) -> None:
 def resume(viewer, widget, folder: Path) -> None:
     panel = widget.series
     panel.open(folder)
-    wait_until(lambda: showing(widget, STACK))
+    wait(widget, lambda: showing(widget, STACK))
     objects = layers.existing_objects_layer(viewer, panel.image)
     assert np.array_equal(objects.data, panel.series.labels(STACK)), "the stack's saved labels are shown"
     assert widget.session.next_object_id == int(objects.data.max()) + 1, "ids go on from those saved"
-    wait_until(lambda: saved(panel))
+    wait(widget, lambda: saved(panel))
     print("progress:", panel.progress_label.text(), flush=True)
     out = Path(tempfile.mkdtemp())
     panel.export(out)
-    wait_until(lambda: (out / "coco.json").exists() and saved(panel))
+    wait(widget, lambda: (out / "coco.json").exists() and saved(panel))
     check_export(panel, out, STACK, np.asarray(objects.data))
     press(viewer, widget.form.keys["previous_image"])
-    wait_until(lambda: showing(widget, LARGE))
+    wait(widget, lambda: showing(widget, LARGE))
     check_export(panel, out, LARGE, np.asarray(layers.existing_objects_layer(viewer, panel.image).data))
     panel.show(0)
-    wait_until(lambda: showing(widget, 0))
+    wait(widget, lambda: showing(widget, 0))
     check_export(panel, out, 0, np.asarray(layers.existing_objects_layer(viewer, panel.image).data))
     widget.close_session()
     viewer.close()

@@ -235,6 +235,12 @@ def _objects_layer_of(viewer, image: Image, name: str) -> Labels | None:
     return found
 
 
+def next_object_id(viewer, image: Image) -> int:
+    """The id a new object of `image` takes: after the largest in its objects layer (made at the first commit)."""
+    existing = existing_objects_layer(viewer, image)
+    return int(np.max(existing.data)) + 1 if existing is not None else 1
+
+
 def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:
     """The output Labels layer for `image`'s committed objects (same shape as its data axes),
     made directly above it at the first commit. Large planes take uint16 (napari colours uint8

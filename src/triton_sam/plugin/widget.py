@@ -16,7 +16,6 @@ from dataclasses import replace
 from functools import partial
 
 import napari
-import numpy as np
 from napari.layers import Image
 from napari.utils.theme import get_theme
 from qtpy.QtCore import QEvent, QSignalBlocker, QTimer, Signal
@@ -247,6 +246,7 @@ class TritonSamWidget(QWidget):
         self._chosen = image
         self.encoding.follow(None)
         self.encoding.begin(session, image)  # from now on nothing acts on the image before (its prompts go at its first plane)
+        session.next_object_id = layers.next_object_id(self.viewer, image)  # (its plane may be ready before the prompt layers)
         self._prepare(session)
 
     def _prepare(self, session: InteractiveSession) -> None:
@@ -270,12 +270,12 @@ class TritonSamWidget(QWidget):
             session.close()
             self.form.set_status(IMAGE_REMOVED)
             return
-        self.encoding.begin(session, self._chosen)
+        if (self.encoding.session, self.encoding.image) != (session, self._chosen):  # (`start_on` began: its plane may be shown)
+            self.encoding.begin(session, self._chosen)
         self._said_out_of_step = None
         interaction = self.interaction
         interaction.prompts, interaction.box = layers.prompt_layers(self.viewer, self.image, above=interaction.preview.layer)
-        existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
-        self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
+        self.session.next_object_id = layers.next_object_id(self.viewer, self.image)
         self.viewer.layers.selection.active = self.image
         self.encoding.follow(self.image)
         self.form.status.show_engine(session.engine.describe())
