@@ -190,6 +190,12 @@ class InteractiveSession:
         with self._lock:
             return self._objects.setdefault(self._plane.key if self._plane else None, ObjectInProgress())
 
+    def objects_in_progress(self, where: Callable[[Hashable], bool] = lambda key: True) -> int:
+        """How many planes (of those whose key `where` takes) have an object in progress: prompts
+        neither committed nor discarded."""
+        with self._lock:
+            return sum(not obj.empty and where(key) for key, obj in self._objects.items())
+
     # --- hover --------------------------------------------------------------------------------
 
     def hover(self, x: float, y: float, t_event: float | None = None) -> int | None:

@@ -164,6 +164,24 @@ def test_an_object_is_saved_on_unlabelled_pixels_only_and_labels_can_be_saved_by
     assert resumed.objects(LARGE) == {7: {"model_id": "by hand"}} and resumed.model == {"model_id": "by hand", "weights_id": None}
 
 
+def test_save_changes_writes_only_the_box_of_what_differs_with_the_provenance_of_new_ids(images, tmp_path):
+    """Undo and redo say only that the layer changed: the differences are found, and only their box is written."""
+    series = AnnotationSeries.open(images, tmp_path / "out")
+    commit(series, 0, 2)
+    labels = series.labels(0)
+    assert not series.save_changes(0, labels)  # nothing differs: nothing is written
+    labels[labels == 2] = 0  # undone
+    labels[40:44, 60:64] = 9  # painted by hand
+    written = []
+    store = series._images[0].labels
+    store.commit = lambda region, crop, records, commit=store.commit: written.append(region) or commit(region, crop, records)
+    assert series.save_changes(0, labels, {1: {"model_id": "old"}, 9: {"model_id": "by hand"}})
+    ((rows, columns),) = written
+    assert (rows.start, columns.stop) == (12, 64) and rows.stop == 44  # from object 2's top to the painted square
+    assert series.objects(0)[1]["model_id"] != "old" and series.objects(0)[9] == {"model_id": "by hand"}
+    np.testing.assert_array_equal(AnnotationSeries.open(tmp_path / "out").labels(0), labels)
+
+
 def test_navigation_and_status_are_kept(images, tmp_path):
     series = AnnotationSeries.open(images, tmp_path / "out")
     assert (series.previous(), series.next(), series.next()) == (0, 1, 2)

@@ -210,6 +210,8 @@ class SettingsForm(QWidget):
         self.stacks_group = self._propagation_box()
         layout.addWidget(self.stacks_group)
         layout.addWidget(self._segment_all_box())
+        self.sections = QVBoxLayout()  # the panel's own sections (the series)
+        layout.addLayout(self.sections)
         for widget in (self.interaction_check, self.status, self.keys_label):
             layout.addWidget(widget)
         layout.addStretch()

@@ -16,7 +16,7 @@ import numpy as np
 from superqt.utils import ensure_main_thread
 
 from ..errors import TritonSamError
-from ..session import ObjectInProgress, Preview
+from ..session import Committed, ObjectInProgress, Preview
 from . import bindings, layers
 from . import preview as previews
 from .bindings import KEYS
@@ -40,6 +40,7 @@ class Interaction:
     `out_of_step()` says why not when the panel shows another image or model than the session's.
     `keys` are the keys bound (`keys.KeyChoice` sets them); `news_over(text)` is told when a status
     it said ("Showing candidate 2 of 3") no longer holds: the object changed.
+    `on_committed(committed, plane)` is told of each object written into the objects layer.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class Interaction:
         on_preview_shown: Callable[[Preview], None],
         show_telemetry: Callable[[str], None],
         news_over: Callable[[str], None],
+        on_committed: Callable[[Committed, tuple[int, ...]], None],
     ) -> None:
         self.viewer = viewer
         self.encoding = encoding
@@ -65,7 +67,7 @@ class Interaction:
         self._candidate_said: str | None = None  # the status Shift-N last gave, until the object changes
         self._news_over = news_over
         self._switched_on, self._out_of_step, self._set_status, self._failed = switched_on, out_of_step, set_status, failed
-        self._on_preview_shown, self._show_telemetry = on_preview_shown, show_telemetry
+        self._on_preview_shown, self._show_telemetry, self._on_committed = on_preview_shown, show_telemetry, on_committed
 
     @property
     def session(self):
@@ -125,6 +127,15 @@ class Interaction:
         if self.session is not None:
             self.session.leave()
 
+    def canvas_crossed(self, event=None) -> None:
+        """The cursor left the canvas (for the panel, another window): its preview goes, the object
+        in progress stays, and a plane shown later is not previewed where the cursor once was."""
+        if self.viewer.mouse_over_canvas:
+            return
+        self.cursor = None
+        if self.interactive():
+            self.session.leave()
+
     def leave_plane(self) -> None:
         """The plane on screen changes: its preview and prompts go at once (never another plane's
         mask, nor its object)."""
@@ -168,6 +179,8 @@ class Interaction:
         objects = layers.objects_layer(self.viewer, self.image, np.uint16 if self.encoding.large else np.uint32)
         written = layers.write_object(objects, index, committed.mask, committed.object_id, committed.provenance, committed.offset)
         objects.selected_label = committed.object_id  # what Propagate tracks
+        if written:
+            self._on_committed(committed, index)
         self._set_status(f"Object {committed.object_id}: {written} pixels (Ctrl+Z on the objects layer undoes it).")
 
     def discard(self) -> None:

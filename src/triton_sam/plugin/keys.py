@@ -33,9 +33,14 @@ ACTIONS = {  # name in a custom set: what its key does, as the panel says it
     "cycle": "next candidate",
     "negative": "clicks add negative points (on/off)",
     "segment": "show the object its prompts make",
+    "next_image": "next image of the series",
+    "previous_image": "previous image of the series",
+    "image_done": "image done, next",
 }
+SERIES_ACTIONS = {"next_image": "next", "previous_image": "previous", "image_done": "done"}  # the series panel's methods
+SERIES_KEYS = {"next_image": "PageDown", "previous_image": "PageUp", "image_done": "Shift-D"}
 PRESETS = {
-    DEFAULT: dict(bindings.KEYS),
+    DEFAULT: {**bindings.KEYS, **SERIES_KEYS},
     # micro-sam's annotators: C commit, Shift-C clear the prompts, T toggle the point label, S
     # segment (previews here are live: S shows the object from its prompts, without the cursor's part)
     "micro-sam": {
@@ -45,6 +50,8 @@ PRESETS = {
         "cycle": "Shift-N",
         "negative": "T",
         "segment": "S",
+        **SERIES_KEYS,
+        "next_image": "N",  # micro-sam's image series annotator: "Next Image [N]"
     },
 }
 NEXT_NEGATIVE = "Next point: negative ({key} again: positive; {modifier}-click: positive)."
@@ -111,12 +118,12 @@ def _class_keys(provider) -> set:
 
 class KeyChoice:
     """The panel's "Keys" choice (`form.keys_box`, `form.custom_keys_field`), bound on the viewer to
-    the methods of `target` (an `interaction.Interaction`). A choice applies at once (the keys bound
-    before are given back) and is saved; a custom set that cannot be bound changes nothing and the
-    status says why. `close()` gives every key back."""
+    the methods of `target` (an `interaction.Interaction`) and, for `SERIES_ACTIONS`, of `series`. A
+    choice applies at once (the keys bound before are given back) and is saved; a custom set that
+    cannot be bound changes nothing and the status says why. `close()` gives every key back."""
 
-    def __init__(self, viewer, target, form) -> None:
-        self.viewer, self.target, self.form = viewer, target, form
+    def __init__(self, viewer, target, form, series) -> None:
+        self.viewer, self.target, self.form, self.series = viewer, target, form, series
         self.keys: dict[str, str] = {}
         self._actions: dict[str, Callable] = {}  # key: what it calls
         self._bound: dict = {}
@@ -168,7 +175,7 @@ class KeyChoice:
             return lambda provider: self._toggle_negative()
         if name == "segment":
             return lambda provider: self._segment()
-        method = getattr(self.target, name)
+        method = getattr(self.series, SERIES_ACTIONS[name]) if name in SERIES_ACTIONS else getattr(self.target, name)
         return lambda provider: method()
 
     def _toggle_negative(self) -> None:

@@ -59,6 +59,11 @@ def plane_key(layer: Image, index: tuple[int, ...]) -> Hashable:
     return (id(layer), index)
 
 
+def of_layer(layer: Image, key: Hashable) -> bool:
+    """Whether `key` (a `plane_key`) is of a plane of `layer`."""
+    return isinstance(key, tuple) and key[:1] == (id(layer),)
+
+
 def plane_data(layer: Image, index: tuple[int, ...]):
     """The plane, (Y, X) or (Y, X, C) for RGB(A), at full resolution (a multiscale layer's level 0),
     as the layer holds it: a dask or zarr plane is read only where the session reads it."""
@@ -234,6 +239,12 @@ def _objects_layer_of(viewer, image: Image, name: str) -> Labels | None:
         if old_name != image.name and found.name == f"{old_name}{OBJECTS_SUFFIX}":
             found.name = objects_name(image)
     return found
+
+
+def next_object_id(viewer, image: Image) -> int:
+    """The id a new object of `image` takes: after the largest in its objects layer (made at the first commit)."""
+    existing = existing_objects_layer(viewer, image)
+    return int(np.max(existing.data)) + 1 if existing is not None else 1
 
 
 def objects_layer(viewer, image: Image, dtype: type = np.uint32) -> Labels:

@@ -3,7 +3,8 @@
 Thin on purpose: models, caching and scheduling live in the Qt-free core (`InteractiveSession`).
 The widget holds its form (`form.SettingsForm`) and wires controllers, as napari panels wire
 layers: `encoding.PlaneEncoding` encodes planes, `interaction.Interaction` is what mouse and keys
-(`bindings`) act on, `propagation` and `automatic` run Propagate and Segment all. Encoding and
+(`bindings`) act on, `propagation`, `automatic` and `series_panel` run Propagate, Segment all
+and a series of images (which `start_on` starts on, image by image). Encoding and
 connecting run in napari thread workers; previews arrive on a worker thread and are moved to the
 GUI thread before they touch a layer.
 """
@@ -14,7 +15,6 @@ import weakref
 from functools import partial
 
 import napari
-import numpy as np
 from napari.layers import Image
 from napari.utils.theme import get_theme
 from qtpy.QtCore import QEvent, QSignalBlocker, QTimer, Signal
@@ -34,6 +34,7 @@ from .interaction import Interaction
 from .keys import KeyChoice
 from .model_list import ModelList
 from .propagation import LabelPropagation
+from .series_panel import SeriesPanel
 from .workers import make_worker
 
 THREE_D_STATUS = "3D view: SAM works on 2D planes. Switch back to 2D (the viewer's 2D/3D button) to hover, click and commit."
@@ -68,11 +69,13 @@ class TritonSamWidget(QWidget):
             say_ready=self.say_ready,
             failed=self._failed,
             on_leaving=lambda: self.interaction.leave_plane(),
-            on_shown=lambda: self.interaction.plane_shown(),
+            on_shown=lambda: (self.interaction.plane_shown(), self.series.plane_shown()),
             on_all_finished=self._encode_all_finished,
             on_new_pixels=self._on_new_pixels,
             on_renamed=self._refresh_layers,
         )
+        self.series = SeriesPanel(napari_viewer, self.form, self.encoding, self.start_on)
+        self.form.sections.addWidget(self.series.group)
         self.interaction = Interaction(
             napari_viewer,
             self.encoding,
@@ -83,6 +86,7 @@ class TritonSamWidget(QWidget):
             on_preview_shown=self.preview_shown.emit,
             show_telemetry=self._previewed,
             news_over=self._news_over,
+            on_committed=self.series.committed,
         )
         self._chosen: Image | None = None  # the image layer being started on
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
@@ -102,7 +106,7 @@ class TritonSamWidget(QWidget):
         self.form.encode_all_button.clicked.connect(self.toggle_encode_all)
         self.form.propagate_button.clicked.connect(self._propagation.toggle)
         self.form.segment_all_button.clicked.connect(self._automatic.toggle)
-        self.form.interaction_check.toggled.connect(self._on_enabled)
+        self.form.interaction_check.toggled.connect(lambda on: on or self.interaction.leave())
         self.form.image_box.currentTextChanged.connect(self._enable_stack_controls)
         self.form.image_box.currentTextChanged.connect(self._choice_changed)
         self.form.model_box.currentTextChanged.connect(self._choice_changed)
@@ -121,14 +125,14 @@ class TritonSamWidget(QWidget):
         self.viewer.mouse_drag_callbacks.append(self._on_press)
         self.viewer.dims.events.current_step.connect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.connect(self._on_ndisplay)
-        self.viewer.events.mouse_over_canvas.connect(self._on_canvas_crossed)
+        self.viewer.events.mouse_over_canvas.connect(self.interaction.canvas_crossed)
         self.viewer.events.theme.connect(self._theme_changed)
         bindings.camera(self.viewer).events.center.connect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.connect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.connect(self.interaction.zoomed)
         self.viewer.layers.events.inserted.connect(self._refresh_layers)
         self.viewer.layers.events.removed.connect(self._refresh_layers)
-        self._key_actions = KeyChoice(self.viewer, self.interaction, self.form)
+        self._key_actions = KeyChoice(self.viewer, self.interaction, self.form, self.series)
 
     def _unhook(self) -> None:
         """Stop following the viewer (the panel was closed): no callback of ours may outlive it."""
@@ -140,7 +144,7 @@ class TritonSamWidget(QWidget):
                 callbacks.remove(callback)
         self.viewer.dims.events.current_step.disconnect(self.encoding.step_moved)
         self.viewer.dims.events.ndisplay.disconnect(self._on_ndisplay)
-        self.viewer.events.mouse_over_canvas.disconnect(self._on_canvas_crossed)
+        self.viewer.events.mouse_over_canvas.disconnect(self.interaction.canvas_crossed)
         self.viewer.events.theme.disconnect(self._theme_changed)
         bindings.camera(self.viewer).events.center.disconnect(self.encoding.view_moved)
         bindings.camera(self.viewer).events.zoom.disconnect(self.encoding.view_moved)
@@ -208,7 +212,24 @@ class TritonSamWidget(QWidget):
             engine.close()
             self._failed(error)
             return
-        session = InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._decode_failed)
+        self._prepare(InteractiveSession(engine, self.interaction.preview_ready, cache=cache, on_error=self._decode_failed))
+
+    def start_on(self, image: Image) -> None:
+        """Start on `image` (a series' image), going on with the session running the model shown (and its
+        features cache: the image may be encoded already) if there is one."""
+        self.form.image_box.setCurrentText(image.name)
+        session = self.session
+        if session is None or session.spec.model_id != self.form.model_box.currentText():
+            self.connect_engine()
+            return
+        self._chosen = image
+        self.encoding.follow(None)
+        self.encoding.begin(session, image)  # from now on nothing acts on the image before (its prompts go at its first plane)
+        session.next_object_id = layers.next_object_id(self.viewer, image)  # (its plane may be ready before the prompt layers)
+        self._prepare(session)
+
+    def _prepare(self, session: InteractiveSession) -> None:
+        """Start's preview layer for the chosen image, then (a turn of the event loop later) the rest."""
         large = session.is_tiled(layers.plane_shape(self._chosen))
         layer = layers.preview_layer(self.viewer, self._chosen, window=large)
         zoom = bindings.camera(self.viewer).zoom
@@ -228,12 +249,12 @@ class TritonSamWidget(QWidget):
             session.close()
             self.form.set_status(IMAGE_REMOVED)
             return
-        self.encoding.begin(session, self._chosen)
+        if (self.encoding.session, self.encoding.image) != (session, self._chosen):  # (`start_on` began: its plane may be shown)
+            self.encoding.begin(session, self._chosen)
         self._said_out_of_step = None
         interaction = self.interaction
         interaction.prompts, interaction.box = layers.prompt_layers(self.viewer, self.image, above=interaction.preview.layer)
-        existing = layers.existing_objects_layer(self.viewer, self.image)  # created at the first commit
-        self.session.next_object_id = int(np.max(existing.data)) + 1 if existing is not None else 1
+        self.session.next_object_id = layers.next_object_id(self.viewer, self.image)
         self.viewer.layers.selection.active = self.image
         self.encoding.follow(self.image)
         self.form.status.show_engine(session.engine.describe())
@@ -368,15 +389,6 @@ class TritonSamWidget(QWidget):
             self.session.leave()
         self.say_ready()
 
-    def _on_canvas_crossed(self, event=None) -> None:
-        """The cursor left the canvas (for the panel, another window): its preview goes, the object
-        in progress stays, and a plane shown later is not previewed where the cursor once was."""
-        if self.viewer.mouse_over_canvas:
-            return
-        self.interaction.cursor = None
-        if self.interaction.interactive():
-            self.session.leave()
-
     def say_ready(self, news: str = "", figures: str = "") -> None:
         """The plane on screen is ready (the status says how to segment), or `news` of its encoding
         came; `figures` (how long it took) go to the tooltip, the engine to its label. In 3D view the
@@ -386,10 +398,6 @@ class TritonSamWidget(QWidget):
         if figures:
             self.form.status.set_figure("encoding", figures)
         self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else news or READY.format(**self.form.keys))
-
-    def _on_enabled(self, on: bool) -> None:
-        if not on and self.session is not None:
-            self.session.leave()
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._detach()
@@ -402,6 +410,7 @@ class TritonSamWidget(QWidget):
         return super().event(event)
 
     def _detach(self) -> None:
+        self.series.saving.flush()  # (the edits of the last moment: saved, not waiting for a timer that goes with the panel)
         self.close_session()
         if self._key_actions:
             self._unhook()

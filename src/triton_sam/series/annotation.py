@@ -156,6 +156,10 @@ class AnnotationSeries:
 
     # --- an image's pixels, labels and objects --------------------------------------------------
 
+    def shape(self, index: int | None = None) -> tuple[int, ...]:
+        """The shape of an image's labels (the current one's by default): (Y, X), or (Z, Y, X) for a stack."""
+        return self._image(index).shape
+
     def image(self, index: int | None = None) -> np.ndarray:
         """The pixels of an image (the current one by default)."""
         return read_image(self._image(index).path)
@@ -202,10 +206,7 @@ class AnnotationSeries:
         """Save `labels` (image `index`'s whole label array, as the objects layer holds it) in `region`
         (slices, one per axis; all of it by default) at once, all or nothing, with the `provenance`
         (id -> dict) of objects it adds. For what is not a commit: painting by hand, undo, Propagate."""
-        image = self._image(index)
-        if tuple(labels.shape) != image.shape:
-            shape = tuple(labels.shape)
-            raise InvalidInputError(f"Labels of shape {shape} given for {image.path.name}, whose labels are {image.shape}.")
+        image = self._image_of(index, labels)
         region = _whole_slices(region, image.shape)
         crop = np.asarray(labels[region])
         if crop.dtype.kind not in "ui" or (crop.size and (crop.min() < 0 or crop.max() > _MAX_ID)):
@@ -214,6 +215,26 @@ class AnnotationSeries:
         with self._saving:
             image.labels.commit(region, crop.astype(np.uint32), records)
         self._saved(image, *records.values())
+
+    def save_changes(
+        self, index: int, labels, provenance: Mapping[int, dict] | None = None, region: Sequence[slice] | None = None
+    ) -> bool:
+        """Save what `labels` (as for `save_labels`) holds in `region` (all of it by default) that differs
+        from what is saved: only the box around the differences is written, with the `provenance` of ids not
+        saved yet. Returns whether anything was. For edits whose extent is not known (undo, redo)."""
+        image = self._image_of(index, labels)
+        region = _whole_slices(region, image.shape)
+        crop = np.asarray(labels[region])
+        with self._saving:
+            differ = crop != image.labels.read(region)
+        if not differ.any():
+            return False
+        axes = range(differ.ndim)
+        spans = [np.flatnonzero(differ.any(axis=tuple(a for a in axes if a != axis))) for axis in axes]
+        box = tuple(slice(s.start + int(span[0]), s.start + int(span[-1]) + 1) for s, span in zip(region, spans))
+        saved = image.labels.objects()
+        self.save_labels(index, labels, {k: v for k, v in (provenance or {}).items() if int(k) not in saved}, box)
+        return True
 
     def export_training(
         self, out_dir: str | os.PathLike, done_only: bool = False, progress: Callable[[int, int], None] | None = None
@@ -233,6 +254,14 @@ class AnnotationSeries:
         if not 0 <= index < len(self._images):
             raise InvalidInputError(f"Image index {index} is not in 0..{len(self._images) - 1}.")
         return self._images[index]
+
+    def _image_of(self, index: int, labels) -> _Image:
+        """Image `index`, whose labels `labels` must be the shape of."""
+        image = self._image(index)
+        if tuple(labels.shape) != image.shape:
+            shape = tuple(labels.shape)
+            raise InvalidInputError(f"Labels of shape {shape} given for {image.path.name}, whose labels are {image.shape}.")
+        return image
 
     def _saved(self, image: _Image, *records: dict) -> None:
         """What a save changes in the manifest: the image is in progress, and the model used."""
