@@ -105,7 +105,10 @@ def test_the_keys_chosen_are_saved_and_bound_again_in_the_next_panel(qtbot, view
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.keys_box.setCurrentText("Custom")  # starts from the keys bound
     field = widget.form.custom_keys_field
-    assert field.isEnabled() and field.text() == "commit=Shift-C, discard=Shift-X, undo=Shift-U, cycle=Shift-N"
+    assert field.isEnabled() and field.text() == (
+        "commit=Shift-C, discard=Shift-X, undo=Shift-U, cycle=Shift-N, "
+        "next_image=PageDown, previous_image=PageUp, image_done=Shift-D"
+    )
     field.clear()
     qtbot.keyClicks(field, "commit=K, negative=J")
     qtbot.keyClick(field, Qt.Key.Key_Return)
@@ -131,7 +134,8 @@ def test_a_custom_set_that_cannot_be_bound_says_why_and_changes_nothing(qtbot, v
     qtbot.keyClick(field, Qt.Key.Key_Return)
     assert _status(widget) == (
         "Custom keys not used: V is one of napari's own viewer keys. "
-        "Keys: Shift-C: commit · Shift-X: discard · Shift-U: undo prompt · Shift-N: next candidate."
+        "Keys: Shift-C: commit · Shift-X: discard · Shift-U: undo prompt · Shift-N: next candidate · "
+        "PageDown: next image of the series · PageUp: previous image of the series · Shift-D: image done, next."
     )
     assert _bound(viewer) == bound and widget.form.keys["commit"] == "Shift-C"
     assert QSettings("triton-sam", "triton-sam").value("custom_keys") == saved
@@ -150,6 +154,14 @@ def test_keys_come_from_the_environment_first(monkeypatch, viewer):
     widget.close()
     monkeypatch.setenv("TRITON_SAM_KEYS", "commit=K,commit=J")
     widget = TritonSamWidget(viewer)
-    assert widget.form.keys_box.currentText() == "Custom" and _bound(viewer) == {"Shift+C", "Shift+X", "Shift+U", "Shift+N"}
+    assert widget.form.keys_box.currentText() == "Custom" and _bound(viewer) == {
+        "Shift+C",
+        "Shift+X",
+        "Shift+U",
+        "Shift+N",
+        "PageDown",
+        "PageUp",
+        "Shift+D",
+    }
     assert _status(widget).startswith("Custom keys not used: commit is given two keys. Keys: Shift-C: commit")
     widget.close()
