@@ -14,6 +14,7 @@ from triton_sam.download import download
 from triton_sam.errors import DownloadError
 
 PAYLOAD = bytes(range(256)) * 5000  # 1.28 MB, several chunks
+SHA256 = f"sha256:{hashlib.sha256(PAYLOAD).hexdigest()}"
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def server(tmp_path):
 def test_download_verifies_and_reports_progress(server, tmp_path):
     seen = []
     target = tmp_path / "out" / "weights.pt"
-    path = download(f"{server}/weights.pt", hashlib.sha256(PAYLOAD).hexdigest(), target, lambda d, t: seen.append((d, t)))
+    path = download(f"{server}/weights.pt", SHA256, target, lambda d, t: seen.append((d, t)))
     assert path.read_bytes() == PAYLOAD
     assert seen[-1] == (len(PAYLOAD), len(PAYLOAD)) and len(seen) > 1
     assert [p.name for p in target.parent.iterdir()] == ["weights.pt"]
@@ -42,20 +43,20 @@ def test_download_verifies_and_reports_progress(server, tmp_path):
 
 def test_wrong_hash_leaves_nothing_behind(server, tmp_path):
     target = tmp_path / "dl" / "weights.pt"
-    with pytest.raises(DownloadError, match="SHA-256"):
-        download(f"{server}/weights.pt", "0" * 64, target)
+    with pytest.raises(DownloadError, match=f"checksum is {SHA256}, not the expected sha256:0000"):
+        download(f"{server}/weights.pt", "sha256:" + "0" * 64, target)
     assert list(target.parent.iterdir()) == []
 
 
 def test_missing_file_and_offline_give_clear_errors(server, tmp_path):
     target = tmp_path / "dl" / "x.pt"
     with pytest.raises(DownloadError, match="HTTP 404"):
-        download(f"{server}/nope.pt", "0" * 64, target)
+        download(f"{server}/nope.pt", "sha256:" + "0" * 64, target)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         free_port = sock.getsockname()[1]
     with pytest.raises(DownloadError, match=f"Could not download http://127.0.0.1:{free_port}/w.pt"):
-        download(f"http://127.0.0.1:{free_port}/w.pt", "0" * 64, target, timeout=5)
+        download(f"http://127.0.0.1:{free_port}/w.pt", "sha256:" + "0" * 64, target, timeout=5)
     assert list(target.parent.iterdir()) == []
 
 
@@ -65,7 +66,8 @@ def _unreachable_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}/x.pt"
 
 
-def test_setup_offline_names_the_file_to_fetch_and_where_setup_finds_it(tmp_path):
+@pytest.mark.parametrize("model_id", ["sam2.1_hiera_tiny", "vit_b_lm"])
+def test_setup_offline_names_the_file_to_fetch_and_where_setup_finds_it(model_id, tmp_path):
     """The hint gives the official URL, the path setup looks at, and the export alternative; a
     verified file put at that path is then used without a download."""
     import dataclasses
@@ -73,7 +75,7 @@ def test_setup_offline_names_the_file_to_fetch_and_where_setup_finds_it(tmp_path
     from triton_sam.download import download_checkpoint
     from triton_sam.registry import get_model
 
-    spec = get_model("sam2.1_hiera_tiny")
+    spec = get_model(model_id)
     command = [
         sys.executable,
         "-m",
@@ -93,14 +95,14 @@ def test_setup_offline_names_the_file_to_fetch_and_where_setup_finds_it(tmp_path
     assert "B/s" not in result.stderr + result.stdout  # no empty progress bar
     assert list(tmp_path.iterdir()) == []
     destination.write_bytes(PAYLOAD)
-    offline_spec = dataclasses.replace(spec, sha256=hashlib.sha256(PAYLOAD).hexdigest())
+    offline_spec = dataclasses.replace(spec, checksum=SHA256)
     assert download_checkpoint(offline_spec, tmp_path, url=_unreachable_url()) == destination
 
 
 def test_corrupt_existing_file_is_replaced(server, tmp_path):
     target = tmp_path / "weights.pt"
     target.write_bytes(b"truncated")
-    download(f"{server}/weights.pt", hashlib.sha256(PAYLOAD).hexdigest(), target)
+    download(f"{server}/weights.pt", SHA256, target)
     assert target.read_bytes() == PAYLOAD
 
 
@@ -112,3 +114,46 @@ def test_a_gated_checkpoint_says_how_to_get_it_and_downloads_nothing(tmp_path):
     with pytest.raises(DownloadError, match=r"gated.*licence.*triton-sam export sam3_tracker --checkpoint sam3.pt"):
         download_checkpoint(spec, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def micro_sam_file(server, tmp_path):
+    """(vit_b_lm's spec with the checksum micro-sam computes for the served file, its URL): micro-sam's
+    own `_compute_hash` (xxh128, written as its registry writes it) gives the expected checksum."""
+    import dataclasses
+
+    from triton_sam.registry import get_model
+
+    micro_sam_util = pytest.importorskip("micro_sam.util")
+    checksum = micro_sam_util._compute_hash(tmp_path / "served" / "weights.pt")
+    assert checksum.startswith("xxh128:")
+    return dataclasses.replace(get_model("vit_b_lm"), checksum=checksum), f"{server}/weights.pt"
+
+
+def test_a_micro_sam_model_is_verified_by_its_xxh128_checksum(micro_sam_file, tmp_path):
+    from triton_sam.download import download_checkpoint
+
+    spec, url = micro_sam_file
+    path = download_checkpoint(spec, tmp_path / "checkpoints", url=url)
+    assert path == tmp_path / "checkpoints" / "vit_b_lm.pt"  # not "vit_b.pt": several micro-sam models are
+    assert path.read_bytes() == PAYLOAD
+    assert download_checkpoint(spec, tmp_path / "checkpoints", url=_unreachable_url()) == path  # kept: verified
+
+
+def test_a_corrupted_micro_sam_model_is_refused_and_nothing_is_kept(micro_sam_file, tmp_path):
+    from triton_sam.download import download_checkpoint
+
+    spec, url = micro_sam_file
+    served = tmp_path / "served" / "weights.pt"
+    served.write_bytes(PAYLOAD[:1000] + b"x" + PAYLOAD[1001:])  # one byte changed on the server
+    with pytest.raises(
+        DownloadError, match=rf"checksum is xxh128:[0-9a-f]{{32}}, not the expected {spec.checksum}.*nothing was kept"
+    ):
+        download_checkpoint(spec, tmp_path / "checkpoints", url=url)
+    assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_an_unknown_checksum_algorithm_is_refused_before_downloading(server, tmp_path):
+    with pytest.raises(DownloadError, match="Unknown checksum algorithm in 'md5:00'; known: sha256, xxh128"):
+        download(f"{server}/weights.pt", "md5:00", tmp_path / "dl" / "weights.pt")
+    assert not (tmp_path / "dl").exists()

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -9,11 +11,41 @@ def test_models_are_registered_with_checkpoints_and_hashes():
     assert {"sam2.1_hiera_tiny", "sam2.1_hiera_small", "sam2.1_hiera_base_plus", "sam2.1_hiera_large"} <= set(MODELS)
     assert {"sam_vit_b", "sam_vit_l", "sam_vit_h", "mobile_sam", "sam3_tracker"} <= set(MODELS)
     gated = {"sam3_tracker"}  # no hash to check against: the user downloads it (test_download)
+    checksum = re.compile(r"sha256:[0-9a-f]{64}|xxh128:[0-9a-f]{32}")
     for spec in MODELS.values():
-        assert spec.url.startswith("https://") and spec.url.endswith(spec.checkpoint_filename)
-        assert (spec.sha256 is None) == (spec.model_id in gated)
-        assert spec.model_id in gated or (len(spec.sha256) == 64 and int(spec.sha256, 16) >= 0)
+        assert spec.url.startswith("https://") and (spec.filename or spec.url.endswith(spec.checkpoint_filename))
+        assert (spec.checksum is None) == (spec.model_id in gated)
+        assert spec.model_id in gated or checksum.fullmatch(spec.checksum)
         assert spec.encoder_name == f"{spec.model_id}_encoder" and spec.decoder_name == f"{spec.model_id}_decoder"
+        assert spec.description and spec.source
+    filenames = [spec.checkpoint_filename for spec in MODELS.values()]
+    assert len(set(filenames)) == len(filenames)  # one checkpoint folder holds them all
+
+
+MICRO_SAM_MODELS = [
+    *(f"vit_{size}_lm" for size in "tbl"),
+    *(f"vit_{size}_em_organelles" for size in "tbl"),
+    *(f"vit_{size}_histopathology" for size in "blh"),
+    "vit_b_medical_imaging",
+]
+
+
+def test_micro_sams_models_are_registered_as_micro_sams_registry_has_them():
+    """Names, URLs and xxh128 checksums of the weights and of the instance-segmentation decoder as
+    micro-sam's own registry (`micro_sam.util.models()`) gives them; vit_t is MobileSAM's architecture."""
+    micro_sam_util = pytest.importorskip("micro_sam.util")
+    registry = micro_sam_util.models()
+    fine_tunes = {name for name in registry.registry if len(name) > 5 and not name.endswith("_decoder")}
+    assert fine_tunes == set(MICRO_SAM_MODELS)
+    for model_id in MICRO_SAM_MODELS:
+        spec = get_model(model_id)
+        assert (spec.url, spec.checksum) == (registry.urls[model_id], registry.registry[model_id])
+        decoder = f"{model_id}_decoder"
+        assert (spec.decoder_url, spec.decoder_checksum) == (registry.urls[decoder], registry.registry[decoder])
+        assert (spec.family, spec.config) == (("mobile_sam", "vit_t") if model_id.startswith("vit_t") else ("sam1", model_id[:5]))
+        assert spec.checkpoint_filename == f"{model_id}.pt" and spec.decoder_filename == f"{model_id}_decoder.pt"
+    assert get_model("vit_b_lm").description == "light microscopy: cells and nuclei"
+    assert get_model("sam_vit_b").decoder_url is None and get_model("sam_vit_b").decoder_filename is None
 
 
 def test_config_names_exist_in_the_official_packages():

@@ -1,7 +1,8 @@
-"""Download checkpoints: streamed, verified by SHA-256, and written atomically.
+"""Download checkpoints: streamed, verified by their published checksum, and written atomically.
 
-The file appears under its final name only after its hash matched; a failed, interrupted or
-corrupt download leaves nothing that looks usable.
+A checksum is "<algorithm>:<hex digest>": SHA-256 for the official models, xxh128 as micro-sam
+publishes its models. The file appears under its final name only after its checksum matched; a
+failed, interrupted or corrupt download leaves nothing that looks usable.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
+import xxhash
 
 from .errors import DownloadError
 from .registry import ModelSpec
@@ -27,25 +29,36 @@ class Unreachable(DownloadError):
 
 
 CHUNK = 1 << 20
+HASHES = {"sha256": hashlib.sha256, "xxh128": xxhash.xxh128}
+
+
+def algorithm_of(checksum: str) -> str:
+    """The algorithm a checksum ("<algorithm>:<hex>") names, refused if unknown."""
+    algorithm = checksum.partition(":")[0]
+    if algorithm not in HASHES:
+        raise DownloadError(f"Unknown checksum algorithm in {checksum!r}; known: {', '.join(HASHES)}.")
+    return algorithm
 
 
 def default_checkpoint_dir() -> Path:
     return Path(platformdirs.user_cache_dir("triton-sam")) / "checkpoints"
 
 
-def download(url: str, sha256: str, destination: Path, progress: Progress | None = None, timeout: float = 30.0) -> Path:
-    """Fetch `url` to `destination`, verifying `sha256`; an existing verified file is kept."""
+def download(url: str, checksum: str, destination: Path, progress: Progress | None = None, timeout: float = 30.0) -> Path:
+    """Fetch `url` to `destination`, verifying `checksum` ("sha256:..." or "xxh128:...") while
+    streaming; an existing file with that checksum is kept."""
     destination = Path(destination)
-    if destination.is_file() and file_sha256(destination) == sha256:
+    algorithm = algorithm_of(checksum)
+    if destination.is_file() and file_checksum(destination, algorithm) == checksum:
         return destination
     destination.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as out:
-            digest = _stream(url, out, progress, timeout)
-        if digest != sha256:
+            found = f"{algorithm}:{_stream(url, out, HASHES[algorithm](), progress, timeout)}"
+        if found != checksum:
             raise DownloadError(
-                f"{url} downloaded, but its SHA-256 is {digest}, not the expected {sha256}. "
+                f"{url} downloaded, but its checksum is {found}, not the expected {checksum}. "
                 "The file was corrupted or changed on the server; nothing was kept. Try again."
             )
         os.replace(partial, destination)
@@ -55,8 +68,8 @@ def download(url: str, sha256: str, destination: Path, progress: Progress | None
     return destination
 
 
-def _stream(url: str, out, progress: Progress | None, timeout: float) -> str:
-    digest = hashlib.sha256()
+def _stream(url: str, out, digest, progress: Progress | None, timeout: float) -> str:
+    """Write `url`'s body to `out`, hashing it with `digest`; the hex digest."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             total = int(response.headers.get("Content-Length") or 0) or None
@@ -74,19 +87,25 @@ def _stream(url: str, out, progress: Progress | None, timeout: float) -> str:
     return digest.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_checksum(path: Path, algorithm: str = "sha256") -> str:
+    """The checksum of the file at `path` by `algorithm` (a key of HASHES), as "<algorithm>:<hex>"."""
+    digest = HASHES[algorithm]()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
-    return digest.hexdigest()
+    return f"{algorithm}:{digest.hexdigest()}"
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 hex digest of the file at `path` (names an exported model's weights)."""
+    return file_checksum(path).partition(":")[2]
 
 
 def download_checkpoint(
     spec: ModelSpec, directory: Path | None = None, url: str | None = None, progress: Progress | None = None
 ) -> Path:
     """Download the official checkpoint of `spec` (or the same file from a mirror `url`)."""
-    if spec.sha256 is None:
+    if spec.checksum is None:
         raise DownloadError(
             f"{spec.model_id}'s checkpoint is gated: {spec.url} is served only to a logged-in user who "
             f"accepted the model's licence. Download it in a browser, then run: "
@@ -95,7 +114,7 @@ def download_checkpoint(
     directory = Path(directory) if directory is not None else default_checkpoint_dir()
     destination = directory / spec.checkpoint_filename
     try:
-        return download(url or spec.url, spec.sha256, destination, progress)
+        return download(url or spec.url, spec.checksum, destination, progress)
     except Unreachable as error:
         raise DownloadError(
             f"{error} Offline? Download {spec.url} on a machine with internet access, then either put it at "
