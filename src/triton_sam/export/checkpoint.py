@@ -13,9 +13,10 @@ from ..registry import ModelSpec
 
 
 def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None:
-    """Load an official checkpoint (SAM2: `{"model": state_dict}`; SAM1, MobileSAM: the state dict;
-    SAM3: the video model's state dict, of which the tracker and its backbone are taken)
-    with `weights_only=True` (no pickled code runs), refusing one made for another model."""
+    """Load an official checkpoint (SAM2: `{"model": state_dict}`; SAM1, MobileSAM: the state dict,
+    or micro-sam's layouts of it (`micro_sam_weights`); SAM3: the video model's state dict, of which
+    the tracker and its backbone are taken) with `weights_only=True` (no pickled code runs),
+    refusing one made for another model."""
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except Exception as error:
@@ -26,6 +27,8 @@ def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None
         raise CheckpointError(f"{checkpoint} is not an official {spec.family} checkpoint (expected {layout}).")
     if spec.family == "sam3":
         weights = sam3_tracker_weights(weights)
+    elif spec.family in ("sam1", "mobile_sam"):
+        weights = micro_sam_weights(weights)
     own = model.state_dict()
     problems = {
         "missing": [k for k in own if k not in weights],
@@ -38,6 +41,16 @@ def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None
         )
         raise CheckpointError(f"Checkpoint {checkpoint} does not match {spec.model_id} ({details}). Is it another model size?")
     model.load_state_dict(weights, strict=True)
+
+
+def micro_sam_weights(state: dict) -> dict:
+    """SAM1/MobileSAM weights as micro-sam reads them (`micro_sam.util._load_checkpoint`): a state
+    dict as it is, or torch_em's `{"model_state": ..., "decoder_state": ...}` with the SAM's keys
+    under `model_state`, each perhaps prefixed "sam." (the decoder is not the SAM's: left out)."""
+    if not isinstance(state.get("model_state"), dict):
+        return state
+    prefix = "sam."
+    return {key.removeprefix(prefix): value for key, value in state["model_state"].items()}
 
 
 def sam3_tracker_weights(state: dict) -> dict:
