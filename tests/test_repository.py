@@ -49,6 +49,11 @@ def _set_metadata(repository, **changes) -> None:
         meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), **changes}))
 
 
+def _line(spec, state: str) -> str:
+    """`triton-sam models`' line for `spec` in `state`."""
+    return f"{spec.model_id:24s} {state:26s} {spec.description}\n"
+
+
 def _models_listing(repository) -> str:
     command = [sys.executable, "-m", "triton_sam.cli", "models", "--model-repository", str(repository)]
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout
@@ -61,11 +66,12 @@ def test_random_weight_exports_are_marked_in_models_and_the_engine(tmp_path):
 
     write_repository(TINY, tmp_path)
     listed = _models_listing(tmp_path)
-    assert f"{TINY.model_id:28s} exported\n" in listed
+    assert _line(TINY, "exported") in listed and "Random" not in listed
     assert not locate(TINY, tmp_path).random_weights and "random" not in LocalEngine(locate(TINY, tmp_path)).describe()
     _set_metadata(tmp_path, checkpoint="random-init", seed=0)  # as `export --random-init` writes it
     listed = _models_listing(tmp_path)
-    assert f"{TINY.model_id:28s} exported (random weights: the interface works, masks are noise)" in listed
+    assert _line(TINY, "exported, random weights") in listed
+    assert "Random weights: the interface works, the masks are noise." in listed
     assert "random weights: masks are noise" in LocalEngine(locate(TINY, tmp_path)).describe()
     assert locate(TINY, tmp_path).weights_id == f"{TINY.model_id}-seed-0"  # the disk cache keeps their features under it
 
@@ -106,7 +112,7 @@ def test_the_default_repository_is_the_users_own_wherever_a_command_starts(tmp_p
         folder.mkdir(parents=True)
 
     repository, listed = _default_in(elsewhere, monkeypatch)
-    assert repository == users and listed.startswith(f"Model repository: {users}\n{TINY.model_id:28s} not exported\n")
+    assert repository == users and listed.startswith(f"Model repository: {users}\n{_line(TINY, 'not exported')}")
     assert f"None exported yet. Run `triton-sam setup {TINY.model_id} --output {users}`" in listed
 
     repository, listed = _default_in(project, monkeypatch)  # an empty ./model_repository (as the checkout has)
@@ -114,14 +120,14 @@ def test_the_default_repository_is_the_users_own_wherever_a_command_starts(tmp_p
 
     write_repository(TINY, users)
     repository, listed = _default_in(elsewhere, monkeypatch)
-    assert repository == users and f"{TINY.model_id:28s} exported\n" in listed and "None exported" not in listed
+    assert repository == users and _line(TINY, "exported") in listed and "None exported" not in listed
 
     write_repository(SMALL, project / "model_repository")  # exported where earlier versions exported
     repository, listed = _default_in(project, monkeypatch)
     assert repository == project / "model_repository"
-    note, where, *models = listed.splitlines()
+    note, where, *_ = listed.splitlines()
     assert note == working_folder_note(repository) and str(users) in note and ENV_MODEL_REPOSITORY in note
-    assert where == f"Model repository: {repository}" and f"{SMALL.model_id:28s} exported" in models
+    assert where == f"Model repository: {repository}" and _line(SMALL, "exported") in listed
 
     chosen = tmp_path / "chosen"
     for folder in (elsewhere, project):  # the environment wins everywhere

@@ -85,12 +85,16 @@ def _cmd_models(args) -> None:
     repository = _repository(args.model_repository)
     print(f"Model repository: {repository}")
     exported = set(exported_models(repository))
+    random = False
     for model_id, spec in MODELS.items():
         state = "not exported"
         if model_id in exported:
-            found = locate(spec, repository)
-            state = "exported (random weights: the interface works, masks are noise)" if found.random_weights else "exported"
-        print(f"{model_id:28s} {state}")
+            random_weights = locate(spec, repository).random_weights
+            random |= random_weights
+            state = "exported, random weights" if random_weights else "exported"
+        print(f"{model_id:24s} {state:26s} {spec.description}")
+    if random:
+        print("Random weights: the interface works, the masks are noise.")
     if not exported:
         print("None exported yet. " + setup_hint(get_model(DEFAULT_MODEL), repository))
 

@@ -80,3 +80,27 @@ def test_the_model_box_lists_the_chosen_repository_s_models_and_the_folder_is_re
     again = TritonSamWidget(viewer)  # the next session (backend Auto, no server): the folder chosen, its models
     assert again.form.repository_field.text() == str(small)
     qtbot.waitUntil(lambda: _listed(again) == [SMALL.model_id], timeout=10000)
+
+
+def test_each_model_in_the_box_says_what_its_weights_were_trained_for(qtbot, viewer, tmp_path):
+    """micro-sam's fine-tunes beside a general model: each item's tooltip is its description and
+    source, and the box's follows the model chosen (here with the keyboard)."""
+    from dataclasses import replace
+
+    lm = get_model("vit_b_lm")
+    # The synthetic model (SAM2-shaped) under vit_b_lm's names: the box lists what the names and metadata say.
+    synthetic_lm = replace(get_model(DEFAULT_MODEL), model_id=lm.model_id)
+    repository = write_repository(synthetic_lm, write_repository(get_model(DEFAULT_MODEL), tmp_path / "repo"))
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.form.backend_box.setCurrentText("Local")
+    widget.form.repository_field.setText(str(repository))
+    QTest.keyClick(widget.form.repository_field, Qt.Key.Key_Return)
+    box = widget.form.model_box
+    assert _listed(widget) == [DEFAULT_MODEL, lm.model_id]
+    tooltips = [box.itemData(i, Qt.ItemDataRole.ToolTipRole) for i in range(box.count())]
+    general = "natural images, general purpose (SAM 2.1 tiny)\nMeta AI, SAM 2 (Apache-2.0)"
+    microscopy = "light microscopy: cells and nuclei\nmicro-sam, bioimage.io model diplomatic-bug (CC-BY-4.0)"
+    assert tooltips == [general, microscopy] and box.toolTip() == general
+    box.setFocus()
+    QTest.keyClick(box, Qt.Key.Key_Down)
+    assert box.currentText() == lm.model_id and box.toolTip() == microscopy

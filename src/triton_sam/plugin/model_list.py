@@ -3,7 +3,9 @@
 Filled when the panel opens and again when the backend, the server or the repository changes, or
 Find models is pressed: from the repository at once (backend local), from the server's repository
 index in a napari worker (triton; auto while the server answers, else the repository). An answer
-for fields changed since it was asked is dropped.
+for fields changed since it was asked is dropped. Each model's one-line description (what its
+weights were trained for: "light microscopy: cells and nuclei") and who publishes its weights under
+which licence are its tooltip in the list, and the box's while it is the one chosen.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
+from qtpy.QtCore import Qt
+from qtpy.QtWidgets import QComboBox
+
 from ..engines import offered_models
+from ..registry import MODELS
 from ..repository import setup_hint
 from .form import SettingsForm
 from .workers import make_worker
@@ -30,6 +36,7 @@ class ModelList:
         form.url_field.editingFinished.connect(self.refresh)
         form.tls_check.toggled.connect(self.refresh)
         form.repository_changed.connect(self.refresh)
+        form.model_box.currentTextChanged.connect(partial(describe_models, form.model_box))
         self.refresh()
 
     def _asked(self) -> tuple:
@@ -54,6 +61,7 @@ class ModelList:
             return
         where, models = found
         self.form.show_models(models)
+        describe_models(self.form.model_box)
         if models:
             self.form.set_status(f"{where}: {', '.join(models)}.")
         elif where.startswith("Triton"):
@@ -68,3 +76,16 @@ class ModelList:
     def _errored(self, asked: tuple, error: Exception) -> None:
         if asked == self._asked():
             self._failed(error)
+
+
+def describe_models(box: QComboBox, *_) -> None:
+    """Give each model in `box` its tooltip (`tooltip`), and the box the chosen one's."""
+    for index in range(box.count()):
+        box.setItemData(index, tooltip(box.itemText(index)), Qt.ItemDataRole.ToolTipRole)
+    box.setToolTip(tooltip(box.currentText()))
+
+
+def tooltip(model_id: str) -> str:
+    """What `model_id`'s weights were trained for, and their source and licence ("" if unknown)."""
+    spec = MODELS.get(model_id)
+    return f"{spec.description}\n{spec.source}" if spec else ""
