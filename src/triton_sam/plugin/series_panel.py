@@ -17,7 +17,7 @@ import napari
 import numpy as np
 from napari.layers import Image
 from napari.layers.utils.layer_utils import calc_data_range
-from qtpy.QtWidgets import QFileDialog, QGridLayout, QGroupBox, QLabel, QLineEdit, QPushButton
+from qtpy.QtWidgets import QFileDialog, QGridLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from ..errors import InvalidInputError
 from ..planes import cache_plane
@@ -33,8 +33,9 @@ IN_PROGRESS = "An object is in progress on this image: commit it ({commit}) or d
 
 
 class SeriesPanel:
-    """The Series section (`group`) and what its buttons and keys do; `start_on(layer)` starts the
-    panel on an image layer, `encoding` holds the session running and the image it segments."""
+    """The Series section's fields (`group`, which the form folds in a section) and what its buttons
+    and keys do; `start_on(layer)` starts the panel on an image layer, `encoding` holds the session
+    running and the image it segments."""
 
     def __init__(
         self, viewer: napari.Viewer, form: SettingsForm, encoding: PlaneEncoding, start_on: Callable[[Image], None]
@@ -46,7 +47,7 @@ class SeriesPanel:
         self._prefetched: int | None = None  # the index whose plane was encoded ahead
         self._shown: tuple | None = None  # (series, index) of the image shown
         self.saving = SeriesSaving(form, self._save_failed, self._show_progress)
-        self.group = QGroupBox("Series (a folder of images)")
+        self.group = QWidget()
         self.output_field = QLineEdit(placeholderText=f"{OUTPUT} beside the images")
         self.output_field.setToolTip(f"Where the labels are saved; empty: a folder {OUTPUT} beside the images.")
         self.progress_label = QLabel(NO_SERIES)
@@ -63,6 +64,7 @@ class SeriesPanel:
         for name, (_, slot) in buttons.items():
             self.buttons[name].clicked.connect(lambda _=False, slot=slot: slot())
         grid = QGridLayout(self.group)
+        grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.buttons["open"], 0, 0)
         grid.addWidget(self.buttons["output"], 0, 1)
         grid.addWidget(self.output_field, 1, 0, 1, 3)

@@ -75,7 +75,7 @@ class TritonSamWidget(QWidget):
             on_renamed=self._refresh_layers,
         )
         self.series = SeriesPanel(napari_viewer, self.form, self.encoding, self.start_on)
-        self.form.sections.addWidget(self.series.group)
+        self.form.add_section("Series (a folder of images)", self.series.group, "series")
         self.interaction = Interaction(
             napari_viewer,
             self.encoding,
