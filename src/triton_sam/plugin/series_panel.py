@@ -73,6 +73,7 @@ class SeriesPanel:
         grid.addWidget(self.buttons["export"], 0, 2)
         grid.addWidget(self.progress_label, 3, 0, 1, 3)
         self._enable()
+        viewer.layers.events.inserted.connect(self._layer_added)
 
     # --- opening --------------------------------------------------------------------------------
 
@@ -184,6 +185,30 @@ class SeriesPanel:
         make_worker(encode).start()  # (a failure here only means the encode is done when the image is shown)
 
     # --- saving and export ----------------------------------------------------------------------
+
+    def _layer_added(self, event) -> None:
+        """The series image's objects layer made again (the user deleted it; a commit makes it anew):
+        it is watched for saving from now on, and takes the labels saved (deleting a layer deletes no
+        label), read after the saves queued, where it has none of its own."""
+        layer = event.value
+        if self._shown is None or self._shown[0] is not self.series or self.saving.watches(layer):
+            return
+        if self.image not in self.viewer.layers or layer is not self._objects_layer():
+            return
+        series, index = self._shown
+        self.saving.watch(series, index, layer)
+        self.saving.run(partial(series.labels, index), partial(self._take_saved, layer), self._save_failed)
+
+    def _take_saved(self, layer, saved: np.ndarray) -> None:
+        """`saved` (the image's labels on disk) into `layer` where it has no label."""
+        if layer not in self.viewer.layers:
+            return
+        data = np.asarray(layer.data)
+        dtype = data.dtype if saved.max(initial=0) <= np.iinfo(data.dtype).max else np.uint32
+        layer.data = np.where(data == 0, saved, data).astype(dtype)
+        if self._segmented():  # new objects take ids after the saved ones
+            session = self.encoding.session
+            session.next_object_id = max(session.next_object_id, int(layer.data.max()) + 1)
 
     def committed(self, committed, plane: tuple[int, ...]) -> None:
         """An object was committed on the image segmented: saved at once if it is the series image."""
