@@ -19,7 +19,7 @@ from qtpy.QtCore import QTimer  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 
 from triton_sam.objects import Committed  # noqa: E402
-from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin import automatic, layers  # noqa: E402
 from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402
 from triton_sam.series import IN_PROGRESS, AnnotationSeries  # noqa: E402
 
@@ -184,3 +184,24 @@ def test_paint_on_an_objects_layer_made_again_after_the_user_deleted_it_is_saved
     assert np.array_equal(panel.series.labels(0), objects.data)
     widget.close_session()
 
+
+def test_segment_all_on_a_series_image_adds_its_objects_to_the_saved_labels(qtbot, viewer, synthetic_repository, tmp_path):
+    """Segment all on a series image adds what it finds to the image's objects layer (on the pixels no
+    object has, after the ids committed), as micro-sam commits an automatic segmentation: saved at once,
+    there when the series is opened again; no separate layer is added."""
+    widget = _open_series(viewer, tmp_path / "images", "Local", repository=synthetic_repository)
+    panel = widget.series
+    wait(widget, lambda: showing(widget, 0))
+    assert _commit(viewer, widget, *OBJECTS[0][0]) == 1
+    committed = panel.series.labels(0) == 1
+    open_section(widget, "segment_all")
+    widget.form.points_per_side_spin.setValue(8)
+    QTest.mouseClick(widget.form.segment_all_button, LEFT)
+    wait(widget, lambda: "objects added to" in widget.form.status.label.text() and saved(panel))
+    objects = layers.existing_objects_layer(viewer, panel.image)
+    assert [layer.name for layer in viewer.layers if layer.name.endswith(automatic.AUTOMATIC_SUFFIX)] == []
+    on_disk = AnnotationSeries.open(tmp_path / "images").labels(0)
+    assert np.array_equal(on_disk, objects.data) and on_disk.max() > 1
+    assert np.array_equal(on_disk == 1, committed)  # the object committed before is untouched
+    assert widget.session.next_object_id == on_disk.max() + 1
+    widget.close_session()

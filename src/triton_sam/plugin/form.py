@@ -143,7 +143,7 @@ class SettingsForm(QWidget):
         self.segment_all_button = QPushButton("Segment all")
         self.segment_all_button.setToolTip(
             "Find every object on the plane on screen (or in the view) from a grid of point prompts, "
-            "into a new labels layer; the objects layer is not touched. Press again to stop."
+            "into a new labels layer (on a series image: into its objects layer, saved). Press again to stop."
         )
         self.region_box = QComboBox()
         self.region_box.addItems(list(REGIONS))

@@ -199,6 +199,11 @@ class SeriesPanel:
         self.saving.watch(series, index, layer)
         self.saving.run(partial(series.labels, index), partial(self._take_saved, layer), self._save_failed)
 
+    def objects_of(self, image: Image):
+        """The objects layer Segment all on `image` adds its objects to, so that they are saved with the
+        series (made if need be): the series image's; None for another image."""
+        return layers.objects_layer(self.viewer, image, np.uint32) if self._segmented() and image == self.image else None
+
     def _take_saved(self, layer, saved: np.ndarray) -> None:
         """`saved` (the image's labels on disk) into `layer` where it has no label."""
         if layer not in self.viewer.layers:
