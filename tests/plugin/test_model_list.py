@@ -39,8 +39,9 @@ def choose_folder(qtbot, widget, folder) -> None:
         if not isinstance(dialog, QFileDialog):
             QTimer.singleShot(50, answer)
             return
-        dialog.setDirectory(str(folder.parent))  # the folder's name, in its parent: a path Qt needs no guess for
-        dialog.selectFile(folder.name)
+        dialog.focusWidget().clearFocus()  # selectFile leaves the file name field as it is while it has focus
+        dialog.setDirectory(str(folder))
+        dialog.selectFile(str(folder))
         dialog.accept()
         answered.append(dialog.windowTitle())
 

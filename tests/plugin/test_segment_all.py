@@ -177,6 +177,7 @@ def test_segment_all_on_a_stack_fills_one_stack_sized_layer_plane_by_plane_from_
     widget = start(qtbot, viewer, repository=synthetic_repository)
     open_section(widget, "segment_all")
     assert widget.form.all_planes_check.isChecked() and widget.form.all_planes_check.isEnabled()  # on for a stack
+    open_section(widget, "stacks")
     qtbot.mouseClick(widget.form.encode_all_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: widget.form.encode_all_button.text() == "Encode all planes", timeout=60000)
     encoded = widget.session.cache.misses
