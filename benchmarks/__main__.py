@@ -104,6 +104,7 @@ _BENCH_OPTIONS = (
     "hover_s",
     "backends",
     "objects",
+    "series_commits",
     "seed",
     "workdir",
 )
@@ -184,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_gui.add_argument(
         "--objects", type=int, default=1000, help="objects committed one after another on one plane (0: no long session)"
     )
+    bench_gui.add_argument("--series-commits", type=int, default=20, help="commits saved on a 4096 x 4096 series plane (0: none)")
     bench_gui.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")

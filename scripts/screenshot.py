@@ -32,7 +32,7 @@ def _wait(condition) -> None:
 
 def main(repository: str, out: str) -> None:
     viewer = napari.Viewer(show=True)
-    viewer.window._qt_window.resize(1300, 800)
+    viewer.window._qt_window.resize(1300, 950)
     image = viewer.add_image(data.coins(), name="coins")
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.backend_box.setCurrentText("Local")

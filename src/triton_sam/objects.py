@@ -59,6 +59,18 @@ class Committed:
     provenance: dict = field(default_factory=dict)  # see `object_decoding.ObjectDecoder.provenance`
     offset: Offset = (0, 0)
 
+    def cropped(self) -> Committed:
+        """The object with its mask cut to the box around its pixels (its offset moved with it), found
+        in one pass over the mask: writing and saving it then read that box, not the whole plane."""
+        rows = np.flatnonzero(self.mask.any(1))
+        if rows.size == 0:
+            return self
+        r0, r1 = int(rows[0]), int(rows[-1]) + 1
+        columns = np.flatnonzero(self.mask[r0:r1].any(0))  # the rows' band only
+        c0, c1 = int(columns[0]), int(columns[-1]) + 1
+        y, x = self.offset
+        return replace(self, mask=self.mask[r0:r1, c0:c1], offset=(y + r0, x + c0))
+
 
 @dataclass
 class ObjectInProgress:

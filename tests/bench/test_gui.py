@@ -14,7 +14,7 @@ pytest.importorskip("napari")
 from qtpy.QtCore import QEvent, QObject, QTimer  # noqa: E402
 from qtpy.QtWidgets import QLabel  # noqa: E402
 
-from benchmarks import long_session  # noqa: E402
+from benchmarks import long_session, series_gui  # noqa: E402
 from benchmarks.gui import RunQueueClock, StallMonitor, _canvas, _run_until, open_widget  # noqa: E402
 
 
@@ -112,3 +112,9 @@ def test_the_long_session_commits_each_blob_as_an_object_of_its_own_and_times_it
     assert all(len(o["hover_s"]) == len(long_session.HOVER_OFFSETS) and min(o["hover_s"]) > 0 and o["commit_s"] > 0 for o in done)
     summary = long_session.summary(done)
     assert summary["window"] == 1 and summary["ratio"]["commit_median"] > 0
+
+
+def test_the_series_saves_are_timed_and_end_equal_to_the_layer(viewer, tmp_path):
+    result = series_gui.measure(viewer, 2, tmp_path)
+    assert result["saved_equal_to_layer"] and result["save_s"]["n"] == 2
+    assert 0 < result["max_stall_besides_drawing_ms"] <= result["max_stall_ms"]

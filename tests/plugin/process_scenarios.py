@@ -18,6 +18,7 @@ import time
 import napari
 import numpy as np
 from qtpy.QtCore import QEvent, QSettings, Qt
+from qtpy.QtTest import QTest
 from qtpy.QtWidgets import QApplication
 
 from benchmarks.gui import send_mouse
@@ -41,6 +42,16 @@ def settle(rounds: int = 20) -> None:
     for _ in range(rounds):
         QApplication.processEvents()
         time.sleep(0.01)
+
+
+def open_section(widget, key: str) -> None:
+    """Unfold the panel's section `key` ("settings", "stacks", "segment_all", "series") as a user does,
+    with a click on its title, and wait until it is unfolded (sections start folded)."""
+    section = widget.form.sections[key]
+    if not section.isExpanded():
+        QTest.mouseClick(section.toggleButton(), LEFT)
+    content = section.content()
+    wait_until(lambda: content.height() >= content.sizeHint().height(), timeout_s=5)
 
 
 def open_panel(repository: str):

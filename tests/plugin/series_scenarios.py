@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import tifffile
 from PIL import Image
-from process_scenarios import open_panel, settle, wait_until
+from process_scenarios import open_panel, open_section, settle, wait_until
 from qtpy.QtCore import QEvent, QSettings, Qt
 from qtpy.QtTest import QTest
 
@@ -87,6 +87,7 @@ def saved(panel) -> bool:
 
 def annotate(viewer, widget, folder: Path) -> None:
     panel, keys = widget.series, widget.form.keys
+    open_section(widget, "series")
     panel.open(folder)
     for index in range(STACK + 1):
         wait(widget, lambda index=index: showing(widget, index))

@@ -10,6 +10,7 @@ from synthetic import write_repository
 from triton_sam.registry import DEFAULT_MODEL, get_model
 
 napari = pytest.importorskip("napari")
+from process_scenarios import open_section  # noqa: E402
 from qtpy.QtCore import Qt, QTimer  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 from qtpy.QtWidgets import QApplication, QFileDialog  # noqa: E402
@@ -38,11 +39,13 @@ def choose_folder(qtbot, widget, folder) -> None:
         if not isinstance(dialog, QFileDialog):
             QTimer.singleShot(50, answer)
             return
+        dialog.focusWidget().clearFocus()  # selectFile leaves the file name field as it is while it has focus
         dialog.setDirectory(str(folder))
         dialog.selectFile(str(folder))
         dialog.accept()
         answered.append(dialog.windowTitle())
 
+    open_section(widget, "settings")
     QTimer.singleShot(50, answer)
     QTest.mouseClick(widget.form.repository_button, Qt.MouseButton.LeftButton)
     assert answered == ["Model repository"]

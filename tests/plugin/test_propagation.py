@@ -14,6 +14,7 @@ from conftest import require_export_extra
 from synthetic import disk_image
 
 napari = pytest.importorskip("napari")
+from process_scenarios import open_section  # noqa: E402
 from qtpy.QtCore import Qt  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 from test_widget import click, key, start, world  # noqa: E402
@@ -34,6 +35,7 @@ def _commit_on_plane_2(qtbot, viewer, exported_repository, planes: int, disks: l
     viewer.dims.set_current_step(0, 2)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=exported_repository("sam2.1_hiera_tiny"))
+    open_section(widget, "stacks")
     name = layers.objects_name(image)
     for label, (x, y) in enumerate(disks, start=1):
         click(viewer, world(image, x, y)[-2:])
@@ -126,6 +128,7 @@ def test_propagate_explains_what_it_needs_and_a_model_without_video_graphs_chang
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "stacks")
     QTest.mouseClick(widget.form.propagate_button, Qt.MouseButton.LeftButton)
     assert "Commit an object on this plane" in widget.form.status.label.text()
 

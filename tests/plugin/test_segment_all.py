@@ -16,6 +16,7 @@ from synthetic import disk_image
 
 napari = pytest.importorskip("napari")
 from napari.layers import Labels  # noqa: E402
+from process_scenarios import open_section  # noqa: E402
 from qtpy.QtCore import Qt  # noqa: E402
 from test_widget import start, start_on_plane_0_then_slow  # noqa: E402
 
@@ -44,6 +45,7 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "segment_all")
     widget.form.points_per_side_spin.setValue(12)
     widget.form.all_planes_check.setChecked(False)  # the plane on screen only
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
@@ -99,6 +101,7 @@ def test_on_a_large_dask_plane_the_tiles_in_view_are_segmented_at_native_resolut
     camera = bindings.camera(viewer)
     camera.center, camera.zoom = (900, 1400), 1.0  # a few tiles around the disk
     widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "segment_all")
     assert widget.tiled
     widget.form.points_per_side_spin.setValue(8)
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
@@ -131,6 +134,7 @@ def test_segment_all_that_keeps_no_mask_adds_no_layer_and_says_which_threshold_t
     viewer.add_image(blank if planes is None else np.stack([blank] * planes))
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "segment_all")
     said = _record_statuses(widget, monkeypatch)
     assert widget.form.all_planes_check.isEnabled() == (planes is not None)  # a 2D image has one plane: nothing to ask
     widget.form.points_per_side_spin.setValue(4)
@@ -171,7 +175,9 @@ def test_segment_all_on_a_stack_fills_one_stack_sized_layer_plane_by_plane_from_
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "segment_all")
     assert widget.form.all_planes_check.isChecked() and widget.form.all_planes_check.isEnabled()  # on for a stack
+    open_section(widget, "stacks")
     qtbot.mouseClick(widget.form.encode_all_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: widget.form.encode_all_button.text() == "Encode all planes", timeout=60000)
     encoded = widget.session.cache.misses
@@ -215,6 +221,7 @@ def test_stopping_segment_all_on_a_stack_keeps_the_planes_done_and_new_pixels_st
     plane follows; new pixels stop a run the same way."""
     stack = np.stack([disk_image(H, W, [(60 + 50 * n, 120, 40)]) for n in range(6)])
     image, widget, encoded = start_on_plane_0_then_slow(qtbot, viewer, stack, synthetic_repository, monkeypatch)
+    open_section(widget, "segment_all")
     said = _record_statuses(widget, monkeypatch)
     widget.form.points_per_side_spin.setValue(8)
     button = widget.form.segment_all_button
@@ -259,6 +266,7 @@ def test_segment_all_on_a_stack_of_large_planes_does_the_tiles_in_view_of_every_
     camera = bindings.camera(viewer)
     camera.center, camera.zoom = (900, 1400), 1.0  # a few tiles around the disks
     widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "segment_all")
     assert widget.tiled
     widget.form.points_per_side_spin.setValue(8)
     widget.form.region_box.setCurrentText("Visible region")

@@ -16,13 +16,18 @@ import tifffile
 
 pytest.importorskip("napari")
 from qtpy.QtCore import QTimer  # noqa: E402
+from qtpy.QtTest import QTest  # noqa: E402
 
 from triton_sam.objects import Committed  # noqa: E402
-from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin import automatic, layers  # noqa: E402
+from triton_sam.plugin.widget import TritonSamWidget  # noqa: E402
 from triton_sam.series import IN_PROGRESS, AnnotationSeries  # noqa: E402
 
 SCENARIOS = Path(__file__).with_name("series_scenarios.py")
 ROOT = Path(__file__).parents[2]
+sys.path.insert(0, str(SCENARIOS.parent))
+from process_scenarios import open_section  # noqa: E402
+from series_scenarios import LEFT, OBJECTS, STACK, click, make_images, press, saved, showing, wait  # noqa: E402
 
 
 def _run(scenario: str, repository: Path, settings: Path, folder: Path) -> subprocess.CompletedProcess:
@@ -40,9 +45,6 @@ def test_a_series_annotated_in_the_panel_killed_between_two_commits_resumes_with
     key events, Done and Next between images, the process killed with an object in progress; reopened,
     the series is at the stack with every committed object on disk and shown, and its export (label
     TIFFs, COCO JSON) reads back equal to the layers."""
-    sys.path.insert(0, str(SCENARIOS.parent))
-    from series_scenarios import STACK, make_images
-
     folder = tmp_path / "images"
     folder.mkdir()
     make_images(folder)
@@ -111,4 +113,95 @@ def test_saving_a_commit_on_a_4096_plane_happens_off_the_gui_thread(viewer, qtbo
     assert np.array_equal(series.labels(0), objects.data) and series.status(0) == IN_PROGRESS
     print(f"longest GUI-thread wait while 3 commits on a 4096 x 4096 plane were saved: {max(gaps) * 1000:.1f} ms")
     assert saved_on and threading.main_thread() not in saved_on
+    widget.close_session()
+
+
+def _open_series(viewer, folder: Path, backend: str, **fields):
+    """The panel (`backend`, its `fields` set: url, repository) with the series of `folder` opened."""
+    folder.mkdir(exist_ok=True)
+    if not any(folder.iterdir()):
+        make_images(folder)
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.form.backend_box.setCurrentText(backend)
+    for name, value in fields.items():
+        getattr(widget.form, f"{name}_field").setText(str(value))
+    open_section(widget, "series")
+    widget.series.open(folder)
+    return widget
+
+
+def _commit(viewer, widget, x: float, y: float) -> int:
+    """Click at (x, y) of the series image shown and commit, with real events; once it is saved, its id."""
+    panel, object_id = widget.series, widget.session.next_object_id
+    click(viewer, panel.image, x, y)
+    press(viewer, widget.form.keys["commit"])
+    index = panel.series.index
+    wait(widget, lambda: saved(panel) and np.count_nonzero(panel.series.labels(index) == object_id) > 100)
+    return object_id
+
+
+def test_a_series_annotated_through_triton_is_saved_and_resumes_at_the_image_left(qtbot, viewer, synthetic_server, tmp_path):
+    """Two images annotated through a real Triton server, Done between them: each commit is on disk;
+    a new panel reopening the series (the server's address remembered) is at the second image,
+    its saved labels shown, and new objects take ids after them."""
+    widget = _open_series(viewer, tmp_path / "images", "Triton", url=synthetic_server.grpc_url)
+    panel = widget.series
+    wait(widget, lambda: showing(widget, 0))
+    assert widget.session.engine.describe().startswith("Triton at")
+    assert [_commit(viewer, widget, x, y) for x, y in OBJECTS[0]] == [1, 2]
+    QTest.mouseClick(panel.buttons["done"], LEFT)
+    wait(widget, lambda: showing(widget, 1))
+    assert _commit(viewer, widget, *OBJECTS[1][0]) == 1
+    on_disk = panel.series.labels(1)
+    widget.close_session()
+    viewer.layers.clear()
+
+    again = TritonSamWidget(viewer)
+    again.series.open(tmp_path / "images")
+    wait(again, lambda: showing(again, 1))
+    assert again.session.engine.describe().startswith("Triton at")
+    assert str(again.series.series.progress) == "1 of 5 done, 1 in progress"
+    objects = layers.existing_objects_layer(viewer, again.series.image)
+    assert np.array_equal(objects.data, on_disk) and again.session.next_object_id == 2
+    again.close_session()
+
+
+def test_paint_on_an_objects_layer_made_again_after_the_user_deleted_it_is_saved(qtbot, viewer, synthetic_repository, tmp_path):
+    """The user deletes the series image's objects layer; the next commit makes it again: it shows the
+    labels saved before, and painting on it is saved like any change."""
+    widget = _open_series(viewer, tmp_path / "images", "Local", repository=synthetic_repository)
+    panel = widget.series
+    wait(widget, lambda: showing(widget, 0))
+    first, second = OBJECTS[0]
+    assert _commit(viewer, widget, *first) == 1
+    viewer.layers.remove(layers.existing_objects_layer(viewer, panel.image))
+    assert _commit(viewer, widget, *second) == 2  # the layer is made again
+    objects = layers.existing_objects_layer(viewer, panel.image)
+    wait(widget, lambda: saved(panel) and 1 in objects.data and 2 in objects.data)
+
+    objects.paint((5, 5), 9)  # napari's paint tool's call (brush of its size)
+    wait(widget, lambda: saved(panel) and panel.series.labels(0)[5, 5] == 9)
+    assert np.array_equal(panel.series.labels(0), objects.data)
+    widget.close_session()
+
+
+def test_segment_all_on_a_series_image_adds_its_objects_to_the_saved_labels(qtbot, viewer, synthetic_repository, tmp_path):
+    """Segment all on a series image adds what it finds to the image's objects layer (on the pixels no
+    object has, after the ids committed), as micro-sam commits an automatic segmentation: saved at once,
+    there when the series is opened again; no separate layer is added."""
+    widget = _open_series(viewer, tmp_path / "images", "Local", repository=synthetic_repository)
+    panel = widget.series
+    wait(widget, lambda: showing(widget, 0))
+    assert _commit(viewer, widget, *OBJECTS[0][0]) == 1
+    committed = panel.series.labels(0) == 1
+    open_section(widget, "segment_all")
+    widget.form.points_per_side_spin.setValue(8)
+    QTest.mouseClick(widget.form.segment_all_button, LEFT)
+    wait(widget, lambda: "objects added to" in widget.form.status.label.text() and saved(panel))
+    objects = layers.existing_objects_layer(viewer, panel.image)
+    assert [layer.name for layer in viewer.layers if layer.name.endswith(automatic.AUTOMATIC_SUFFIX)] == []
+    on_disk = AnnotationSeries.open(tmp_path / "images").labels(0)
+    assert np.array_equal(on_disk, objects.data) and on_disk.max() > 1
+    assert np.array_equal(on_disk == 1, committed)  # the object committed before is untouched
+    assert widget.session.next_object_id == on_disk.max() + 1
     widget.close_session()

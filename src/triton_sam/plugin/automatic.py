@@ -16,6 +16,7 @@ choices and says why a run cannot start.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
 
@@ -129,8 +130,16 @@ class AutomaticSegmentation:
     choices in `form`.
     """
 
-    def __init__(self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm) -> None:
-        self._viewer, self._encoding, self._form = viewer, encoding, form
+    def __init__(
+        self,
+        viewer: napari.Viewer,
+        encoding: PlaneEncoding,
+        form: SettingsForm,
+        objects_of: Callable[[Image], Labels | None] = lambda image: None,
+    ) -> None:
+        """`objects_of(image)`: the objects layer a run on `image` adds its objects to (a series image's:
+        saved as it changes, as micro-sam commits an automatic segmentation); None: a new layer."""
+        self._viewer, self._encoding, self._form, self._objects_of = viewer, encoding, form, objects_of
         self._set_status, self._warn = form.set_status, form.status.warn
         self._cancel: CancelToken | None = None
         self._stopped_because: str | None = None
@@ -222,6 +231,11 @@ class AutomaticSegmentation:
                 self._set_status(nothing_found(options))
                 return
             record = _record(image, engine, options, region, crops if tiles else [], plane=list(index))
+            into = self._objects_of(image)
+            if into is not None:
+                count = self._add(into, index, labels, (y0, x0), record)
+                self._set_status(f"Segment all: {count} objects added to '{into.name}' (Ctrl+Z on it undoes them).")
+                return
             data = labels.reshape((1,) * len(index) + labels.shape)
             layer = add_automatic_layer(self._viewer, image, data, (*index, y0, x0), record)
             self._set_status(f"Segment all: {count} object{'s' if count > 1 else ''} in the new layer '{layer.name}'.")
@@ -289,10 +303,17 @@ class AutomaticSegmentation:
                     return
                 yield index, label_image(found, shape[-2:], origin=(x0, y0))
 
+        into = self._objects_of(image)
+
         def write(result: tuple[tuple[int, ...], np.ndarray]) -> None:
             if cancel.cancelled:  # stopped: what was written stays (a plane done as the run stopped is let go)
                 return
-            written.write(*result)
+            if into is None:
+                written.write(*result)
+            else:  # a plane at a time, each its own undo step
+                written.planes_done.append(list(result[0]))
+                written.objects += self._add(into, *result, (y0, x0), record)
+                written.layer = into if written.objects else None
             if len(written.planes_done) < len(planes):
                 say_progress(len(written.planes_done) + 1)
 
@@ -303,7 +324,7 @@ class AutomaticSegmentation:
         def finished() -> None:
             written.close()
             if not failures:
-                self._set_status(self._stack_outcome(written, len(planes), options, cancel.cancelled))
+                self._set_status(self._stack_outcome(written, len(planes), options, cancel.cancelled, into is not None))
 
         worker = make_worker(run)
         worker.yielded.connect(write)
@@ -314,14 +335,25 @@ class AutomaticSegmentation:
         say_progress(1)
         worker.start()
 
-    def _stack_outcome(self, written: StackLabels, planes: int, options: dict, stopped: bool) -> str:
-        """What a stack's run ended with, for the status."""
+    def _add(self, into: Labels, index: tuple[int, ...], labels: np.ndarray, origin: tuple[int, int], record: dict) -> int:
+        """`labels`' objects added to the objects layer `into`; commits go on after their ids."""
+        count = layers.write_labels(into, index, labels, origin, record)
+        session = self._encoding.session
+        if session is not None:  # (it segments the image `into` belongs to: see `objects_of`)
+            session.next_object_id = max(session.next_object_id, int(np.max(into.data)) + 1)
+        return count
+
+    def _stack_outcome(self, written: StackLabels, planes: int, options: dict, stopped: bool, added: bool = False) -> str:
+        """What a stack's run ended with, for the status (`added`: to the objects layer)."""
         done = len(written.planes_done)
         why = f" ({self._stopped_because})" if self._stopped_because else ""
         if written.layer is None and not stopped:
             return nothing_found(options)
         if written.layer is None:
             return f"Segment all stopped{why} after {done} of {planes} planes: no object found in them, so no layer was added."
+        if added:
+            ended = " stopped" + why if stopped else ""
+            return f"Segment all{ended}: {written.objects} objects on {done} of {planes} planes added to '{written.layer.name}'."
         undo = "Ctrl+Z on it undoes the run" if written.undoable else "too large to undo: delete the layer to undo"
         return (
             f"Segment all{' stopped' + why if stopped else ''}: {written.objects} objects on {done} of {planes} planes "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from qtpy.QtCore import QSettings, QSignalBlocker, Qt, Signal
+from qtpy.QtCore import QEvent, QSettings, QSignalBlocker, QSize, Qt, Signal
 from qtpy.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -19,7 +19,6 @@ from qtpy.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QFrame,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -37,6 +36,7 @@ from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
 from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
 from .keys import CUSTOM, DEFAULT, ENV_KEYS, PRESETS, help_line
+from .sections import Section
 from .status import StatusArea
 
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
@@ -58,7 +58,8 @@ def _flag(settings: QSettings, key: str, default: bool) -> bool:
 
 class _VerticalScroll(QScrollArea):
     """Scrolls its widget up and down only, at least as wide as the widget needs (known once it
-    is styled: napari's style sheet widens fields)."""
+    is styled: napari's style sheet widens fields), and asks for the widget's whole height (as its
+    sections fold and unfold), so that what comes under it follows it rather than the dock's bottom."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,6 +70,15 @@ class _VerticalScroll(QScrollArea):
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self.setMinimumWidth(self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width())
         super().showEvent(event)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        hint = super().sizeHint()
+        return QSize(hint.width(), self.widget().sizeHint().height() + 2 * self.frameWidth())
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()  # a section folded or unfolded: the widget's height changed
+        return super().eventFilter(watched, event)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
@@ -133,7 +143,7 @@ class SettingsForm(QWidget):
         self.segment_all_button = QPushButton("Segment all")
         self.segment_all_button.setToolTip(
             "Find every object on the plane on screen (or in the view) from a grid of point prompts, "
-            "into a new labels layer; the objects layer is not touched. Press again to stop."
+            "into a new labels layer (on a series image: into its objects layer, saved). Press again to stop."
         )
         self.region_box = QComboBox()
         self.region_box.addItems(list(REGIONS))
@@ -186,44 +196,57 @@ class SettingsForm(QWidget):
         )
 
     def _lay_out(self) -> None:
+        """The fields used all the time on top, the rest in folded sections (`add_section`), and the
+        status under the scrolled part, always in view."""
         self.show_keys(self.keys)
         self.keys_label.setWordWrap(True)
-        form = QFormLayout()
-        for label, field in (
-            ("Backend", self.backend_box),
-            ("Triton URL", self.url_field),
-            ("API key", self.api_key_field),
-            ("", self.tls_check),
-            ("Model", self.model_box),
-            ("", self.find_models_button),
-            ("Model repository", _row(self.repository_field, self.repository_button)),
-            ("Image layer", self.image_box),
-            ("Keys", self.keys_box),
-            ("Custom keys", self.custom_keys_field),
-        ):
-            form.addRow(label, field)
         fields = QWidget()
         layout = QVBoxLayout(fields)
-        layout.addLayout(form)
-        for widget in (self.disk_cache_check, self.start_button):
-            layout.addWidget(widget)
+        layout.addLayout(_form(("Backend", self.backend_box), ("Model", self.model_box), ("Image layer", self.image_box)))
+        layout.addWidget(self.start_button)
+        self.sections: dict[str, Section] = {}  # by key: "settings", "stacks", "segment_all", "series"
+        self._sections = QVBoxLayout()
+        layout.addLayout(self._sections)
+        self.add_section("Server, models and keys", self._settings_box(), "settings")
         self.stacks_group = self._propagation_box()
-        layout.addWidget(self.stacks_group)
-        layout.addWidget(self._segment_all_box())
-        self.sections = QVBoxLayout()  # the panel's own sections (the series)
-        layout.addLayout(self.sections)
-        for widget in (self.interaction_check, self.status, self.keys_label):
-            layout.addWidget(widget)
+        self.add_section("Stacks (z or t): Propagate", self.stacks_group, "stacks")
+        self.add_section("Segment all", self._segment_all_box(), "segment_all")
+        layout.addWidget(self.interaction_check)
+        layout.addWidget(self.keys_label)
         layout.addStretch()
         scroll = _VerticalScroll()  # a laptop's screen is shorter than the panel: it scrolls, never squeezes
         scroll.setWidget(fields)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
+        outer.addWidget(self.status)  # errors and news: never scrolled away
 
-    def _propagation_box(self) -> QGroupBox:
-        box = QGroupBox("Stacks (z or t)")
+    def add_section(self, title: str, content: QWidget, key: str) -> Section:
+        """`content` in a foldable section titled `title`, after the others (open as the user left it)."""
+        self.sections[key] = section = Section(title, content, self._settings, key)
+        self._sections.addWidget(section)
+        return section
+
+    def _settings_box(self) -> QWidget:
+        box = QWidget()
+        rows = _form(
+            ("Triton URL", self.url_field),
+            ("API key", self.api_key_field),
+            ("", self.tls_check),
+            ("", self.find_models_button),
+            ("Model repository", _row(self.repository_field, self.repository_button)),
+            ("", self.disk_cache_check),
+            ("Keys", self.keys_box),
+            ("Custom keys", self.custom_keys_field),
+        )
+        rows.setContentsMargins(0, 0, 0, 0)
+        box.setLayout(rows)
+        return box
+
+    def _propagation_box(self) -> QWidget:
+        box = QWidget()
         rows = QFormLayout(box)
+        rows.setContentsMargins(0, 0, 0, 0)
         rows.addRow(self.encode_all_button)
         run = QHBoxLayout()
         run.addWidget(self.propagate_button)
@@ -233,9 +256,10 @@ class SettingsForm(QWidget):
         rows.addRow("Planes each way", self.max_planes_spin)
         return box
 
-    def _segment_all_box(self) -> QGroupBox:
-        box = QGroupBox("Automatic segmentation")
+    def _segment_all_box(self) -> QWidget:
+        box = QWidget()
         rows = QFormLayout(box)
+        rows.setContentsMargins(0, 0, 0, 0)
         run = QHBoxLayout()
         run.addWidget(self.segment_all_button)
         run.addWidget(self.region_box)
@@ -343,6 +367,14 @@ class SettingsForm(QWidget):
         self._settings.setValue("keys", self.keys_box.currentText())
         if self.keys_box.currentText() == CUSTOM:
             self._settings.setValue("custom_keys", self.custom_keys_field.text())
+
+
+def _form(*rows: tuple[str, QWidget]) -> QFormLayout:
+    """A form of (label, field) rows."""
+    form = QFormLayout()
+    for label, field in rows:
+        form.addRow(label, field)
+    return form
 
 
 def _row(field: QWidget, button: QPushButton) -> QWidget:

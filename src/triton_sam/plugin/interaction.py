@@ -31,6 +31,13 @@ def _labelled_already(objects, index: tuple[int, ...], committed) -> str | None:
     return "Nothing to commit: every pixel of this object is labelled already (labels are never painted over)."
 
 
+def _boxed_commit(session, refuse) -> Committed | None:
+    """The session's commit (see `InteractiveSession.commit`), its mask cut to the object's box on the
+    worker: `refuse`, writing it on the GUI thread and saving it then read that box, not the whole plane."""
+    committed = session.commit(refuse=lambda whole: refuse(whole.cropped()))
+    return None if committed is None else committed.cropped()
+
+
 class Interaction:
     """Mouse and keys on the plane on screen, through the panel's session (`encoding.session`).
 
@@ -166,7 +173,7 @@ class Interaction:
             return
         index = self.encoding.index
         objects = layers.existing_objects_layer(self.viewer, self.image)
-        worker = make_worker(self.session.commit, refuse=partial(_labelled_already, objects, index))
+        worker = make_worker(_boxed_commit, self.session, partial(_labelled_already, objects, index))
         worker.returned.connect(lambda committed: self._write(committed, index))
         worker.errored.connect(self._failed)
         worker.start()

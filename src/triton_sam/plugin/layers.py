@@ -309,3 +309,23 @@ def write_tracked(layer: Labels, index: tuple[int, ...], masks: Mapping[int, np.
         indices = tuple(np.full(ys.size, i) for i in index) + (ys, xs)
         layer.data_setitem(indices, written[ys, xs])
     return int(ys.size)
+
+
+def write_labels(layer: Labels, index: tuple[int, ...], labels: np.ndarray, origin: Offset, record: dict) -> int:
+    """Add the objects of `labels` (ids 1..n over a region at `origin`, (y, x), of plane `index`) to
+    `layer` as new objects, through the undoable API: on the pixels it has no label at, with ids after
+    its largest, each with `record` as how it was made. Returns how many objects were added."""
+    (y, x), (h, w) = origin, labels.shape
+    region = np.asarray(layer.data[(*index, slice(y, y + h), slice(x, x + w))])
+    ys, xs = np.nonzero((labels > 0) & (region == 0))
+    if not ys.size:
+        return 0
+    found, order = np.unique(labels[ys, xs], return_inverse=True)
+    first = int(np.max(layer.data)) + 1
+    if first + found.size - 1 > np.iinfo(layer.data.dtype).max:
+        layer.data = layer.data.astype(np.uint32)
+    layer.data_setitem(tuple(np.full(ys.size, i) for i in index) + (ys + y, xs + x), (order + first).astype(layer.data.dtype))
+    objects = layer.metadata.setdefault(PROVENANCE_KEY, {})
+    for object_id in range(first, first + found.size):
+        objects[object_id] = {"plane": list(index), **record}
+    return int(found.size)

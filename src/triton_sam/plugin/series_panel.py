@@ -17,7 +17,7 @@ import napari
 import numpy as np
 from napari.layers import Image
 from napari.layers.utils.layer_utils import calc_data_range
-from qtpy.QtWidgets import QFileDialog, QGridLayout, QGroupBox, QLabel, QLineEdit, QPushButton
+from qtpy.QtWidgets import QFileDialog, QGridLayout, QLabel, QLineEdit, QPushButton, QWidget
 
 from ..errors import InvalidInputError
 from ..planes import cache_plane
@@ -33,8 +33,9 @@ IN_PROGRESS = "An object is in progress on this image: commit it ({commit}) or d
 
 
 class SeriesPanel:
-    """The Series section (`group`) and what its buttons and keys do; `start_on(layer)` starts the
-    panel on an image layer, `encoding` holds the session running and the image it segments."""
+    """The Series section's fields (`group`, which the form folds in a section) and what its buttons
+    and keys do; `start_on(layer)` starts the panel on an image layer, `encoding` holds the session
+    running and the image it segments."""
 
     def __init__(
         self, viewer: napari.Viewer, form: SettingsForm, encoding: PlaneEncoding, start_on: Callable[[Image], None]
@@ -46,7 +47,7 @@ class SeriesPanel:
         self._prefetched: int | None = None  # the index whose plane was encoded ahead
         self._shown: tuple | None = None  # (series, index) of the image shown
         self.saving = SeriesSaving(form, self._save_failed, self._show_progress)
-        self.group = QGroupBox("Series (a folder of images)")
+        self.group = QWidget()
         self.output_field = QLineEdit(placeholderText=f"{OUTPUT} beside the images")
         self.output_field.setToolTip(f"Where the labels are saved; empty: a folder {OUTPUT} beside the images.")
         self.progress_label = QLabel(NO_SERIES)
@@ -63,6 +64,7 @@ class SeriesPanel:
         for name, (_, slot) in buttons.items():
             self.buttons[name].clicked.connect(lambda _=False, slot=slot: slot())
         grid = QGridLayout(self.group)
+        grid.setContentsMargins(0, 0, 0, 0)
         grid.addWidget(self.buttons["open"], 0, 0)
         grid.addWidget(self.buttons["output"], 0, 1)
         grid.addWidget(self.output_field, 1, 0, 1, 3)
@@ -71,6 +73,7 @@ class SeriesPanel:
         grid.addWidget(self.buttons["export"], 0, 2)
         grid.addWidget(self.progress_label, 3, 0, 1, 3)
         self._enable()
+        viewer.layers.events.inserted.connect(self._layer_added)
 
     # --- opening --------------------------------------------------------------------------------
 
@@ -182,6 +185,35 @@ class SeriesPanel:
         make_worker(encode).start()  # (a failure here only means the encode is done when the image is shown)
 
     # --- saving and export ----------------------------------------------------------------------
+
+    def _layer_added(self, event) -> None:
+        """The series image's objects layer made again (the user deleted it; a commit makes it anew):
+        it is watched for saving from now on, and takes the labels saved (deleting a layer deletes no
+        label), read after the saves queued, where it has none of its own."""
+        layer = event.value
+        if self._shown is None or self._shown[0] is not self.series or self.saving.watches(layer):
+            return
+        if self.image not in self.viewer.layers or layer is not self._objects_layer():
+            return
+        series, index = self._shown
+        self.saving.watch(series, index, layer)
+        self.saving.run(partial(series.labels, index), partial(self._take_saved, layer), self._save_failed)
+
+    def objects_of(self, image: Image):
+        """The objects layer Segment all on `image` adds its objects to, so that they are saved with the
+        series (made if need be): the series image's; None for another image."""
+        return layers.objects_layer(self.viewer, image, np.uint32) if self._segmented() and image == self.image else None
+
+    def _take_saved(self, layer, saved: np.ndarray) -> None:
+        """`saved` (the image's labels on disk) into `layer` where it has no label."""
+        if layer not in self.viewer.layers:
+            return
+        data = np.asarray(layer.data)
+        dtype = data.dtype if saved.max(initial=0) <= np.iinfo(data.dtype).max else np.uint32
+        layer.data = np.where(data == 0, saved, data).astype(dtype)
+        if self._segmented():  # new objects take ids after the saved ones
+            session = self.encoding.session
+            session.next_object_id = max(session.next_object_id, int(layer.data.max()) + 1)
 
     def committed(self, committed, plane: tuple[int, ...]) -> None:
         """An object was committed on the image segmented: saved at once if it is the series image."""

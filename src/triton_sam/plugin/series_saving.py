@@ -54,6 +54,10 @@ class SeriesSaving:
             for event, slot in self._slots(layer):
                 event.connect(slot)
 
+    def watches(self, layer: Labels) -> bool:
+        """Whether `layer` is the layer watched."""
+        return self._watched is not None and self._watched[2] is layer
+
     def committed(self, committed, plane: tuple[int, ...]) -> None:
         """An object was committed into the watched layer, on `plane`: saved at once."""
         if self._watched is not None:

@@ -75,7 +75,7 @@ class TritonSamWidget(QWidget):
             on_renamed=self._refresh_layers,
         )
         self.series = SeriesPanel(napari_viewer, self.form, self.encoding, self.start_on)
-        self.form.sections.addWidget(self.series.group)
+        self.form.add_section("Series (a folder of images)", self.series.group, "series")
         self.interaction = Interaction(
             napari_viewer,
             self.encoding,
@@ -99,7 +99,7 @@ class TritonSamWidget(QWidget):
             self.form,
             on_finished=lambda: self._enable_stack_controls(self.form.image_box.currentText()),
         )
-        self._automatic = AutomaticSegmentation(napari_viewer, self.encoding, self.form)
+        self._automatic = AutomaticSegmentation(napari_viewer, self.encoding, self.form, self.series.objects_of)
         self._on_move = partial(bindings.hover, self.interaction)
         self._on_press = partial(bindings.press, self.interaction)
         self.form.start_button.clicked.connect(self.connect_engine)

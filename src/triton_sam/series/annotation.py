@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -185,18 +185,19 @@ class AnnotationSeries:
         prefix = _plane_prefix(image.shape, plane)
         if not 0 < committed.object_id <= _MAX_ID:
             raise InvalidInputError(f"Object id {committed.object_id} is not in 1..{_MAX_ID}.")
-        mask = np.asarray(committed.mask, bool)
-        if mask.ndim != 2 or not mask.any():
+        boxed = replace(committed, mask=np.asarray(committed.mask, bool))
+        if boxed.mask.ndim == 2:
+            boxed = boxed.cropped()  # its box, in one pass over the mask: what follows reads that box only
+        if boxed.mask.ndim != 2 or not boxed.mask.any():
             raise InvalidInputError("The object's mask is empty or not 2D; nothing was saved.")
-        rows, columns = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
-        (y, x), (r0, r1, c0, c1) = committed.offset, (rows[0], rows[-1] + 1, columns[0], columns[-1] + 1)
-        if y + r0 < 0 or x + c0 < 0 or y + r1 > image.shape[-2] or x + c1 > image.shape[-1]:
+        mask, (y, x), (h, w) = boxed.mask, boxed.offset, boxed.mask.shape
+        if y < 0 or x < 0 or y + h > image.shape[-2] or x + w > image.shape[-1]:
             raise InvalidInputError(f"The object's mask lies outside the image's {image.shape[-2:]} pixels; nothing was saved.")
-        region = (*prefix, slice(y + r0, y + r1), slice(x + c0, x + c1))
+        region = (*prefix, slice(y, y + h), slice(x, x + w))
         record = {"plane": [int(p) for p in plane], **committed.provenance}
         with self._saving:
             crop = image.labels.read(region)
-            crop[(crop == 0) & mask[r0:r1, c0:c1].reshape(crop.shape)] = committed.object_id
+            crop[(crop == 0) & mask.reshape(crop.shape)] = committed.object_id
             image.labels.commit(region, crop, {committed.object_id: record})
         self._saved(image, record)
 
