@@ -48,6 +48,13 @@ class Preview:
         """Plane pixels a side of one pixel of `mask` and `hint` (1 unless its tile is coarse)."""
         return 1 if self.tile is None else self.tile.step
 
+    def hinted(self, hint: np.ndarray | None, point: Point | None, hint_offset: Offset, step: int) -> Preview:
+        """This preview with the cursor's `hint` (at `point`, decoded with tiles of `step`), or as it is
+        where there is none or it is of another step (zoomed since: the two would not line up)."""
+        if hint is None or step != self.step:
+            return self
+        return replace(self, hint=hint, point=point, hint_offset=hint_offset)
+
 
 @dataclass(frozen=True)
 class Committed:

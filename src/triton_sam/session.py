@@ -2,7 +2,8 @@
 
 Qt-free. The caller (the napari widget, a benchmark, a test) says which image plane is shown,
 reports cursor moves and clicks in image pixels (x, y), and receives `Preview`s through a callback
-on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves never queue up.
+on a worker thread. Decodes go through a `DecodeScheduler` (cursor moves never queue up) to an
+`ObjectDecoder` (`object_decoding`); cursor moves through a `Cursor` (`cursor`).
 
 - Hover: with no prompts yet, the preview is the object under the cursor (one mask, chosen the way
   SAM2 chooses). With prompts, the preview is the object as the prompts make it, and the cursor is
@@ -15,8 +16,6 @@ on a worker thread. Decoding goes through a `DecodeScheduler`, so cursor moves n
 - Large planes (`planes`, `tiles`) are covered by tiles encoded on request (`encode_tiles`), not by
   `set_plane`; the cursor over a tile not encoded yet gets no preview, a click there encodes it.
   Zoomed out (`set_tile_step`), previews come coarser and `commit` stores full resolution.
-
-Decodes go through an `ObjectDecoder` (`object_decoding`), cursor moves through a `Cursor` (`cursor`).
 """
 
 from __future__ import annotations
@@ -244,10 +243,7 @@ class InteractiveSession:
         with self._lock:
             if self._objects.get(plane.key) is not obj:
                 return None  # committed or discarded meanwhile
-            shown = obj.preview(plane)
-            if shown.step != tile.step:  # the object is being decoded again with the tiles of now
-                return shown
-            return replace(shown, hint=hovered.mask, point=hovered.point, hint_offset=tile.offset)
+            return obj.preview(plane).hinted(hovered.mask, hovered.point, tile.offset, tile.step)
 
     def leave(self) -> None:
         """The cursor left the image: stop hover work and show what is left without it, the object
@@ -392,9 +388,7 @@ class InteractiveSession:
             if preview.candidate is None or not of_shown_object or obj.mask is preview.mask:
                 return preview
             now = replace(obj.preview(plane), seq=preview.seq, t_event=preview.t_event)
-        if preview.hint is None or now.step != preview.step:
-            return now
-        return replace(now, hint=preview.hint, point=preview.point, hint_offset=preview.hint_offset)
+        return now.hinted(preview.hint, preview.point, preview.hint_offset, preview.step)
 
     def is_superseded(self, preview: Preview) -> bool:
         """Whether a newer hover was asked for after the one `preview` answers."""

@@ -102,32 +102,49 @@ def _images(model_id: str) -> tuple[str, ...]:
     return SOME_IMAGES.get(model_id, tuple(parity_images()))
 
 
-@pytest.fixture(scope="module", params=MODELS)
-def predictors(request, exported_repository):
-    """(the official predictor's outputs by image and label, our predictor). The official model is let
-    go before ours is loaded: the two never take memory together (SAM3's: gigabytes each)."""
+# Model by model (each model's predictors are built once, see `predictors`), each on its images.
+CASES = [(model_id, name) for model_id in MODELS for name in _images(model_id)]
+
+
+@pytest.fixture(scope="module")
+def predictors(exported_repository):
+    """`predictors(model_id)`: (the official predictor's outputs by image and label, our predictor),
+    built when a model's first case comes and kept for its next ones; one model's at a time. The
+    official model is let go before ours is loaded: the two never take memory together (SAM3's:
+    gigabytes each)."""
     require_export_extra()
     import torch
 
     torch.set_grad_enabled(False)
-    repository = exported_repository(request.param)
-    reference = _reference(request.param)
-    expected = {name: _official_outputs(reference, parity_images()[name]) for name in _images(request.param)}
-    del reference
-    release_memory()
-    with Predictor(request.param, model_repository=repository) as ours:
-        yield expected, ours
-    release_memory()  # our sessions' buffers (SAM3's: gigabytes); let them go before the next model
+    held: dict[str, tuple[dict, Predictor]] = {}
+
+    def let_go() -> None:
+        for _, ours in held.values():
+            ours.close()
+        held.clear()
+        release_memory()  # our sessions' buffers (SAM3's: gigabytes); let them go before the next model
+
+    def build(model_id: str) -> tuple[dict, Predictor]:
+        if model_id not in held:
+            let_go()
+            reference = _reference(model_id)
+            expected = {name: _official_outputs(reference, parity_images()[name]) for name in _images(model_id)}
+            del reference
+            release_memory()
+            held[model_id] = expected, Predictor(model_id, model_repository=exported_repository(model_id))
+        return held[model_id]
+
+    yield build
+    let_go()
 
 
-@pytest.fixture(scope="module", params=list(parity_images()))
+@pytest.fixture(scope="module", params=CASES, ids=[f"{name}-{model_id}" for model_id, name in CASES])
 def image_pair(request, predictors):
-    expected, ours = predictors
-    if request.param not in expected:
-        pytest.skip(f"{ours.spec.model_id} is compared on {', '.join(expected)} only (time)")
-    image = parity_images()[request.param]
+    model_id, name = request.param
+    expected, ours = predictors(model_id)
+    image = parity_images()[name]
     ours.set_image(image)  # grayscale is sent as one channel
-    return expected[request.param], ours, image.shape[:2]
+    return expected[name], ours, image.shape[:2]
 
 
 def _assert_same(reference_out, ours_out, label: str) -> None:
