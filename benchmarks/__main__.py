@@ -78,7 +78,7 @@ def _cmd_bench_parity(args) -> None:
 
 
 def _cmd_bench_json(args) -> None:
-    """`click|annotators|memory|volume|automatic|gui|large`: the benchmark with the options given, its result as JSON."""
+    """`click|annotators|memory|volume|automatic|instance|gui|large`: the benchmark with the options given, its result as JSON."""
     from importlib import import_module
 
     options = {name: value for name, value in vars(args).items() if name in _BENCH_OPTIONS and value is not None}
@@ -218,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench_automatic.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
     bench_automatic.add_argument("--points-per-side", type=int, default=None, help="prompt grid (default 32)")
     bench_automatic.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official generator runs")
+    bench_instance = kinds.add_parser(
+        "instance", help="seconds to segment a plane with micro-sam's decoder vs its InstanceSegmentationWithDecoder (JSON)"
+    )
+    bench_instance.add_argument("--model", default="sam_vit_b", choices=["sam_vit_b"], help="random weights, micro-sam format")
+    bench_instance.add_argument("--shape", type=int, nargs=2, default=None, metavar=("H", "W"), help="(default 1024 1024)")
+    bench_instance.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
+    bench_instance.add_argument("--workdir", type=Path, default=None, help="where the checkpoints and export are kept")
+    bench_instance.set_defaults(func=_cmd_bench_json)
     bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
     bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")
     bench_memory.add_argument("--soak-minutes", type=float, default=None, help="minutes of hovering through Triton (default 10)")

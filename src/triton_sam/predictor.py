@@ -83,8 +83,11 @@ class Predictor(EngineOwner):
 
     def set_image(self, image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> None:
         """Encode `image` (HxW or HxWx3/4; uint8 as is, other dtypes scaled from `contrast_limits`)."""
-        features = self.engine.encode(encoder_input(image, self.spec, contrast_limits))
-        self._images, self._is_batch = [(features, tuple(image.shape[:2]))], False
+        self.set_image_features(self.engine.encode(encoder_input(image, self.spec, contrast_limits)), image.shape[:2])
+
+    def set_image_features(self, features: ImageFeatures, original_size: tuple[int, int]) -> None:
+        """Set an image already encoded by this predictor's engine (e.g. from a `FeatureCache`)."""
+        self._images, self._is_batch = [(features, tuple(original_size))], False
 
     def set_image_batch(self, image_list: list[np.ndarray], contrast_limits: ContrastLimits | None = None) -> None:
         """Encode several images for `predict_batch`, as `SAM2ImagePredictor.set_image_batch` does:

@@ -68,6 +68,12 @@ def video_path(repository: Path, spec: ModelSpec) -> Path:
     return Path(repository) / spec.session_name / "1" / contract.VIDEO_DIR
 
 
+def instance_decoder_path(repository: Path, spec: ModelSpec) -> Path:
+    """Where the instance-segmentation decoder of `spec` is (next to the session model, outside
+    Triton's view: it runs where the features are kept)."""
+    return Path(repository) / spec.session_name / "1" / contract.INSTANCE_DECODER_DIR / "model.onnx"
+
+
 def write_metadata(model_dir: Path, metadata: dict) -> None:
     (Path(model_dir) / contract.METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
 
@@ -93,6 +99,12 @@ class ExportedModel:
     def video_dir(self) -> Path:
         """Where the SAM2 video graphs are (next to the session model that will serve them)."""
         return video_path(self.encoder.parents[2], self.spec)
+
+    @property
+    def instance_decoder(self) -> Path | None:
+        """The exported instance-segmentation decoder (micro-sam models), or None if there is none."""
+        path = instance_decoder_path(self.encoder.parents[2], self.spec)
+        return path if path.is_file() else None
 
     @property
     def random_weights(self) -> bool:

@@ -133,6 +133,12 @@ class Engine(ABC):
     ) -> DecodeResult:
         """Decode prompts against features from `encode`; raises DecodeCancelled if cancelled."""
 
+    def instance_maps(self, features: ImageFeatures, image_hw: tuple[int, int]) -> np.ndarray:
+        """micro-sam's instance-segmentation maps of an image encoded by `encode`: foreground,
+        center distances and boundary distances, float32 [3, H, W] at `image_hw` (as its
+        `InstanceSegmentationWithDecoder.initialize` computes them), run where the features are."""
+        raise InvalidInputError(f"{self.describe()} has no instance-segmentation decoder for {self.spec.model_id}.")
+
     @functools.cached_property
     def resizer(self) -> MaskResizer:
         """Brings this engine's low-res logits to an image's size (on the CPU unless the engine says otherwise)."""

@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..errors import DecodeCancelled
+from ..errors import DecodeCancelled, InvalidInputError
 from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
@@ -52,8 +52,19 @@ class LocalEngine(Engine):
         providers = providers or usable_providers()
         self._encoder = shared_session(exported.encoder, providers, intra_op_threads, trt_cache_dir)
         self._decoder = shared_session(exported.decoder, providers, intra_op_threads, trt_cache_dir)
+        self._intra_op_threads, self._trt_cache_dir = intra_op_threads, trt_cache_dir
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
         self._on_cpu = on_cpu(self.providers)
+
+    @functools.cached_property
+    def _instance_decoder(self) -> ort.InferenceSession:
+        """The instance-segmentation decoder's session, opened on first use (micro-sam models only)."""
+        path = self.exported.instance_decoder
+        if path is None:
+            raise InvalidInputError(
+                f"{self.spec.model_id} has no instance-segmentation decoder in {self.exported.encoder.parents[2]}."
+            )
+        return shared_session(path, self.providers, self._intra_op_threads, self._trt_cache_dir)
 
     @property
     def providers(self) -> list[str]:
@@ -93,6 +104,21 @@ class LocalEngine(Engine):
             binding.bind_output(name, self._device)
         self._encoder.run_with_iobinding(binding)
         return ImageFeatures(device=dict(zip(names, binding.get_outputs())))
+
+    def instance_maps(self, features: ImageFeatures, image_hw: tuple[int, int]) -> np.ndarray:
+        """The decoder fed the image embedding where it is (host or device); its 1024 x 1024 maps
+        cropped and resized to the image by `resizer`, on the same device."""
+        session = self._instance_decoder
+        name = contract.INSTANCE_EMBED
+        binding = session.io_binding()
+        if name in features.device:
+            binding.bind_ortvalue_input(name, features.device[name])
+        else:
+            binding.bind_cpu_input(name, np.ascontiguousarray(features.arrays[name]))
+        binding.bind_output(contract.INSTANCE_MAPS, "cpu")
+        session.run_with_iobinding(binding)
+        (maps,) = binding.copy_outputs_to_cpu()
+        return self.resizer.logits(maps, image_hw)[0]
 
     def decode(
         self,

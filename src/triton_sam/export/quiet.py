@@ -30,6 +30,13 @@ TRACE: tuple[Rule, ...] = (
     (UserWarning, "Exporting aten::index operator of advanced indexing", r"torch\.onnx\."),
 )
 
+INSTANCE_DECODER_TRACE: tuple[Rule, ...] = (
+    # torch_em's decoder crops its skip inputs by sizes read as Python values (fixed: one image of one size).
+    (TracerWarning, "Converting a tensor to a Python", r"torch_em\."),
+    # Instance norms compute with the input's statistics, as they should (micro-sam's norms do too).
+    (UserWarning, "ONNX export mode is set to TrainingMode.EVAL, but operator 'instance_norm'", r"torch\.onnx\."),
+)
+
 MOBILE_SAM_IMPORT: tuple[Rule, ...] = (
     # MobileSAM imports timm's old module paths and registers its TinyViT variants over timm's own.
     (FutureWarning, r"Importing from timm\.models\.", r"timm\."),

@@ -1,0 +1,131 @@
+"""Export micro-sam's instance-segmentation decoder ("AIS") to ONNX.
+
+micro-sam's decoder is torch_em's UNETR decoder run on SAM's image embedding (its
+`instance_segmentation.DecoderAdapter`): foreground, center-distance and boundary-distance maps,
+sigmoid-activated, at the encoder's padded input resolution (1024 x 1024 for SAM1 models). The
+graph stops there: `MaskResizer.logits` crops and resizes the maps to the image as
+`UNETR.postprocess_masks` does, wherever the maps are needed (no image-sized outputs to move out
+of a server for an image smaller than the input). torch_em builds the modules at export time only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .. import contract
+from ..download import file_sha256
+from ..errors import CheckpointError
+from ..registry import ModelSpec
+from ..repository import instance_decoder_path, write_metadata
+from .onnx_file import export_onnx
+from .quiet import INSTANCE_DECODER_TRACE, ignoring
+
+INSTANCE_MAPS = contract.INSTANCE_MAPS
+IMAGE_EMBED = contract.INSTANCE_EMBED
+MAP_CHANNELS = 3  # foreground, center distances, boundary distances
+
+
+class _EncoderShape(nn.Module):
+    """What torch_em's UNETR reads of its encoder to build the decoder (the encoder itself never runs here)."""
+
+    def __init__(self, img_size: int, embed_dim: int) -> None:
+        super().__init__()
+        self.img_size, self.embed_dim, self.in_chans = img_size, embed_dim, 3
+
+
+class _ImageStatsNorm(nn.Module):
+    """A `BatchNorm2d` as micro-sam runs it: in training mode (`get_decoder` never calls `eval`), so
+    normalised with the image's own statistics, its running statistics unused. For one image a run
+    that is an instance norm with the batch norm's affine weights (ONNX `InstanceNormalization`)."""
+
+    def __init__(self, norm: nn.BatchNorm2d) -> None:
+        super().__init__()
+        self.weight, self.bias, self.eps = norm.weight, norm.bias, norm.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
+
+
+def _with_image_stats(module: nn.Module) -> nn.Module:
+    """`module` with each `BatchNorm2d` inside replaced by `_ImageStatsNorm`."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.BatchNorm2d):
+            setattr(module, name, _ImageStatsNorm(child))
+        else:
+            _with_image_stats(child)
+    return module
+
+
+class InstanceDecoder(nn.Module):
+    """image_embed [1, 256, 64, 64] -> sigmoid maps [1, 3, 1024, 1024], as micro-sam's `DecoderAdapter` computes them."""
+
+    def __init__(self, unetr: nn.Module) -> None:
+        super().__init__()
+        for name in ("base", "decoder", "deconv1", "deconv2", "deconv3", "deconv4", "deconv_out", "decoder_head", "out_conv"):
+            setattr(self, name, getattr(unetr, name))
+        self.final_activation = unetr.final_activation
+
+    def forward(self, image_embed: torch.Tensor) -> torch.Tensor:
+        z9 = self.deconv1(image_embed)
+        z6 = self.deconv2(z9)
+        z3 = self.deconv3(z6)
+        z0 = self.deconv4(z3)
+        x = self.decoder(self.base(image_embed), encoder_inputs=[z9, z6, z3])
+        x = self.decoder_head(torch.cat([self.deconv_out(x), z0], dim=1))
+        return self.final_activation(self.out_conv(x))
+
+
+def read_decoder_state(path: Path) -> dict[str, torch.Tensor]:
+    """A decoder state as micro-sam publishes it (`*_decoder.pt`: the state dict) or keeps it in a
+    combined checkpoint (under "decoder_state"); read with `weights_only=True`."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(f"Cannot read decoder checkpoint {path}: {error}") from error
+    state = state.get("decoder_state", state) if isinstance(state, dict) else state
+    if not isinstance(state, dict) or not any(key.startswith("decoder.") for key in state):
+        raise CheckpointError(f"{path} holds no micro-sam instance-segmentation decoder state.")
+    return state
+
+
+def build_decoder(state: dict[str, torch.Tensor], spec: ModelSpec) -> InstanceDecoder:
+    """torch_em's UNETR decoder as micro-sam's `get_unetr` builds it, with `state`'s weights
+    (transposed-convolution upsamplers where the state has them, as micro-sam decides)."""
+    from torch_em.model import UNETR
+
+    conv_transpose = any(".block." in key for key in state if key.startswith("decoder.samplers"))
+    embed_dim = spec.feature_shapes[IMAGE_EMBED][0]
+    unetr = UNETR(
+        backbone="sam",
+        encoder=_EncoderShape(spec.input_size, embed_dim),
+        out_channels=MAP_CHANNELS,
+        use_sam_stats=True,
+        final_activation="Sigmoid",
+        use_skip_connection=False,
+        resize_input=True,
+        use_conv_transpose=conv_transpose,
+    )
+    own = {key for key in unetr.state_dict() if not key.startswith("encoder")}
+    missing = sorted(own - set(state))
+    if missing:
+        raise CheckpointError(f"The decoder state lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}.")
+    unetr.load_state_dict({key: state[key] for key in own}, strict=False)
+    return _with_image_stats(InstanceDecoder(unetr)).eval()
+
+
+def export_instance_decoder(spec: ModelSpec, decoder_checkpoint: Path, output: Path) -> Path:
+    """Write the ONNX file of the decoder in `decoder_checkpoint` for `spec` (exported in `output`)."""
+    decoder = build_decoder(read_decoder_state(decoder_checkpoint), spec)
+    target = instance_decoder_path(output, spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shape = (1, *spec.feature_shapes[IMAGE_EMBED])
+    # One image a run: torch_em's skip crops trace as dynamic channel counts with a dynamic batch.
+    with ignoring(INSTANCE_DECODER_TRACE):
+        export_onnx(decoder, (torch.zeros(shape),), target, [IMAGE_EMBED], [INSTANCE_MAPS], dynamic={})
+    metadata = {"model_id": spec.model_id, "component": "instance_decoder", "contract_version": contract.CONTRACT_VERSION}
+    write_metadata(target.parent, {**metadata, "decoder_sha256": file_sha256(decoder_checkpoint)})
+    return target
