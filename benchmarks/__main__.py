@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from triton_sam.errors import TritonSamError
-from triton_sam.registry import DEFAULT_MODEL, MODELS
+from triton_sam.registry import DEFAULT_MODEL, MICRO_SAM_MODELS, MODELS
 
 from .fixtures import BENCH_SHAPE
+from .microsam import MODELS as MICROSAM_MODELS
 
 
 def _cmd_bench_triton(args) -> None:
@@ -75,6 +76,21 @@ def _cmd_bench_parity(args) -> None:
     from . import parity
 
     print(json.dumps(parity.run(args.model, device=args.device, half=args.fp16), indent=2))
+
+
+def _cmd_bench_microsam(args) -> None:
+    from . import microsam
+
+    result = microsam.run(
+        models=tuple(args.models),
+        shapes=tuple((size, size) for size in args.sizes),
+        repeats={"encode": args.encodes, "predict": args.predicts},
+        seed=args.seed,
+        workdir=args.workdir,
+        backends=tuple(args.backends),
+        device=args.device,
+    )
+    print(json.dumps(result, indent=2))
 
 
 def _cmd_bench_json(args) -> None:
@@ -226,6 +242,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench_instance.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
     bench_instance.add_argument("--workdir", type=Path, default=None, help="where the checkpoints and export are kept")
     bench_instance.set_defaults(func=_cmd_bench_json)
+    bench_microsam = kinds.add_parser(
+        "microsam", help="micro-sam's models: encode and one-point predict, ours vs micro-sam's own functions (JSON)"
+    )
+    microsam_ids = [spec.model_id for spec in MICRO_SAM_MODELS]
+    bench_microsam.add_argument("--models", nargs="+", default=list(MICROSAM_MODELS), choices=microsam_ids, metavar="MODEL")
+    bench_microsam.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048], help="square planes of these sizes")
+    bench_microsam.add_argument("--encodes", type=int, default=3)
+    bench_microsam.add_argument("--predicts", type=int, default=10)
+    bench_microsam.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    bench_microsam.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where micro-sam runs")
+    bench_microsam.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
+    bench_microsam.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the checkpoints and exports are kept")
+    bench_microsam.set_defaults(func=_cmd_bench_microsam)
     bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
     bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")
     bench_memory.add_argument("--soak-minutes", type=float, default=None, help="minutes of hovering through Triton (default 10)")

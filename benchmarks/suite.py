@@ -43,6 +43,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "large": {"hover_s": 10.0},
         "volume": {"planes": 20, "repeats": 2},
         "automatic": {"repeats": 2},
+        "microsam": {"repeats": {"encode": 2, "predict": 10}},
     },
     "smoke": {
         "predictor": {"encodes": 1, "decodes": 2},
@@ -57,6 +58,14 @@ PROFILES: dict[str, dict[str, dict]] = {
         "large": {"hover_s": 1.0, "backends": ("local",), "shape": (1024, 4096), "timed_tiles": 1, "window": (1000, 700)},
         "volume": {"planes": 2, "repeats": 1, "shape": (128, 128), "backends": ("local",)},
         "automatic": {"repeats": 1, "shape": (128, 128), "backends": ("local",), "points_per_side": 4},
+        # MobileSAM-sized vit_t_lm alone, no warm-up: it checks that micro-sam's path and ours run and agree.
+        "microsam": {
+            "models": ("vit_t_lm",),
+            "shapes": ((512, 512),),
+            "repeats": {"encode": 1, "predict": 1},
+            "backends": ("local",),
+            "warm_up": False,
+        },
     },
 }
 
@@ -106,6 +115,7 @@ RUNNERS = {
     "large": "benchmarks.large",
     "volume": "benchmarks.volume",
     "automatic": "benchmarks.automatic",
+    "microsam": "benchmarks.microsam",
 }
 
 
@@ -145,7 +155,7 @@ def run_all(
     settings = {name: dict(options) for name, options in PROFILES[profile].items()}
     if cuda_device_count() > 0:  # the official predictor on the GPU too
         settings["predictor"]["device"] = settings["click"]["device"] = settings["volume"]["device"] = "cuda"
-        settings["automatic"]["device"] = "cuda"
+        settings["automatic"]["device"] = settings["microsam"]["device"] = "cuda"
     if soak_s is not None:
         settings["memory"]["soak_s"] = soak_s
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}

@@ -1,10 +1,12 @@
 """The report's sections, one a benchmark (`SECTIONS`, in the page's order): each renders a
-benchmark's results as Markdown, its goals' verdicts included. Those run in napari are in `in_napari`.
+benchmark's results as Markdown, its goals' verdicts included. Those run in napari are in `in_napari`,
+micro-sam's models in `microsam`.
 """
 
 from __future__ import annotations
 
 from .in_napari import gui, large
+from .microsam import microsam
 from .tables import markdown_table, ms, verdict
 
 
@@ -284,6 +286,7 @@ SECTIONS = {  # benchmark -> (title, its Markdown)
     "large": ("A 20000 x 20000 plane in napari", large),
     "volume": ("Propagating through a stack", _volume),
     "automatic": ("Segment all (automatic mask generation)", _automatic),
+    "microsam": ("micro-sam models side by side", microsam),
     "annotators": ("Many annotators on one Triton server", _annotators),
     "memory": ("Memory", _memory),
 }

@@ -13,12 +13,13 @@ pytest.importorskip("napari")
 
 
 def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_repository, tmp_path):
-    from benchmarks import report, suite
+    from benchmarks import microsam, report, suite
 
     require_server_env()
     workdir = tmp_path / "bench"
     workdir.mkdir()
     (workdir / "model_repository").symlink_to(sam2_tiny_repository, target_is_directory=True)
+    microsam.exported("vit_t_lm", PARITY_SEED, workdir)  # as the model above: exported before, not timed with its benchmark
     output = tmp_path / "results.json"
 
     results = suite.run_all(output, "smoke", seed=PARITY_SEED, workdir=workdir, progress=lambda message: None)
@@ -52,6 +53,9 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
     for mode in ("dynamic_batching", "no_batching"):
         assert [row["annotators"] for row in r["annotators"][mode]] == [1, 2]
         assert all(row["errors"] == 0 and row["decodes_per_s"] > 0 for row in r["annotators"][mode])
+    vit_t = r["microsam"]["by_model"]["vit_t_lm"]["512x512"]  # micro-sam's own functions and ours, same masks
+    assert vit_t["encode"]["micro_sam"]["n"] == vit_t["encode"]["local"]["n"] == 1 and vit_t["encode"]["ratio"]["local"] > 0
+    assert vit_t["predict"]["iou_vs_micro_sam"]["local"] >= 0.99 and 0 < vit_t["predict"]["micro_sam_mask_fraction"] < 1
     client = r["memory"]["client"]["rows"]
     assert [row["cached"] for row in client] == [1, 3] and client[1]["cache_mib"] > client[0]["cache_mib"]
     assert r["memory"]["server"]["rows"][0]["rss_mib"] > 0 and r["memory"]["soak"]["samples"]
@@ -66,6 +70,7 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         "A 20000 x 20000 plane in napari",
         "Propagating through a stack",
         "Segment all (automatic mask generation)",
+        "micro-sam models side by side",
         "Many annotators",
         "Memory",
     ):

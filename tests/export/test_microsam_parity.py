@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks.microsam_checkpoints import MODEL_STATE, PLAIN, TORCH_EM, write_checkpoint
 from benchmarks.parity import mask_iou, parity_images
 from conftest import PARITY_SEED, release_memory, require_export_extra, start_server
-from microsam_checkpoints import MODEL_STATE, PLAIN, TORCH_EM, write_checkpoint
 from triton_sam import Predictor
 
 pytestmark = pytest.mark.parity

@@ -1,5 +1,5 @@
-"""Random-init checkpoints written as micro-sam publishes and reads them, for tests that cannot
-download the real ones: identical weights in must give identical masks out.
+"""Random-init checkpoints written as micro-sam publishes and reads them, for the tests and
+benchmarks that cannot download the real ones: identical weights in must give identical masks out.
 
 The SAM is built by micro-sam's own builder (`micro_sam.util.sam_model_registry`: MobileSAM's
 registry when `mobile_sam` is installed, which builds every size) with torch's default random
