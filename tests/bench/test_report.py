@@ -86,3 +86,18 @@ def test_the_gpu_section_shows_where_predict_s_time_goes_when_probed(tmp_path):
     assert "### Where `predict`'s time goes (sam2.1_hiera_tiny, CUDAExecutionProvider" in section
     assert "| the decoder with batch and point count fixed | 2.0 | 2.2 | 3.3e-07 |" in section
     assert "| that, replayed as a CUDA graph | could not run | Fail: not all nodes on CUDA |  |" in section
+
+
+def test_the_micro_sam_section_shows_every_model_and_plane_with_ours_next_to_micro_sams(tmp_path):
+    run = json.loads((COMMITTED.parent / "microsam.json").read_text())
+    report.write(run, tmp_path / "plots", tmp_path / "BENCHMARKS.md")
+    section = (tmp_path / "BENCHMARKS.md").read_text().split("## micro-sam models side by side")[1]
+
+    figures = run["results"]["microsam"]
+    for model, planes in figures["by_model"].items():
+        for plane, measured in planes.items():
+            rows = [line for line in section.splitlines() if line.startswith(f"| `{model}` | {plane} |")]
+            assert len(rows) == 2, rows  # one in the encode table, one in the predict table
+            encode, predict = (row.split(" | ") for row in rows)
+            assert encode[4] == f"{measured['encode']['ratio']['local']:.2f}"
+            assert predict[-1].rstrip(" |") == f"{measured['predict']['iou_vs_micro_sam']['triton']:.4f}"
