@@ -107,6 +107,8 @@ def export_model(
     """
     if (checkpoint is None) == (seed is None):
         raise ValueError("Give exactly one of checkpoint and seed.")
+    if decoder is not None and spec.decoder_url is None:
+        raise InvalidInputError(f"{spec.model_id} has no instance-segmentation decoder; leave out the decoder file.")
     family = _family_module(spec)
     model = family.build_model(spec, checkpoint=checkpoint, seed=seed)
     weights = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint else {"checkpoint": "random-init", "seed": seed}
@@ -146,8 +148,6 @@ def _export_instance_decoder(
 ) -> list[Path]:
     """The instance decoder of `spec`, if it has one, from the first source `export_model` names."""
     if spec.decoder_url is None:
-        if decoder is not None:
-            raise InvalidInputError(f"{spec.model_id} has no instance-segmentation decoder; leave out the decoder file.")
         return []
     from . import instance_decoder_onnx
 
