@@ -28,12 +28,21 @@ def write_checkpoints(folder: Path, seed: int = 0) -> tuple[Path, Path]:
     """A random SAM vit_b checkpoint (segment_anything's format) and a random micro-sam decoder file."""
     import torch
     from segment_anything import sam_model_registry
-    from torch_em.model import UNETR
 
     torch.manual_seed(seed)
     sam = sam_model_registry["vit_b"]()
     checkpoint = folder / "sam_vit_b_random.pth"
     torch.save(sam.state_dict(), checkpoint)
+    decoder = folder / "vit_b_decoder.pt"
+    torch.save(decoder_state(sam), decoder)
+    return checkpoint, decoder
+
+
+def decoder_state(sam) -> dict:
+    """A decoder state for `sam` as micro-sam publishes it (`*_decoder.pt`): torch_em's UNETR on
+    `sam`'s image encoder, its initialisation drawn from torch's current seed, less the encoder."""
+    from torch_em.model import UNETR
+
     unetr = UNETR(
         backbone="sam",
         encoder=sam.image_encoder,
@@ -43,9 +52,7 @@ def write_checkpoints(folder: Path, seed: int = 0) -> tuple[Path, Path]:
         use_skip_connection=False,
         resize_input=True,
     )
-    decoder = folder / "vit_b_decoder.pt"
-    torch.save({k: v for k, v in unetr.state_dict().items() if not k.startswith("encoder")}, decoder)
-    return checkpoint, decoder
+    return {k: v for k, v in unetr.state_dict().items() if not k.startswith("encoder")}
 
 
 def export_with_decoder(checkpoint: Path, decoder: Path, repository: Path) -> None:
@@ -59,13 +66,13 @@ def export_with_decoder(checkpoint: Path, decoder: Path, repository: Path) -> No
     export_instance_decoder(get_model(MODEL), decoder, repository)
 
 
-def micro_sams_segmenter(checkpoint: Path, decoder: Path):
-    """micro-sam's `InstanceSegmentationWithDecoder` as its users make it, on the CPU."""
+def micro_sams_segmenter(checkpoint: Path, decoder: Path, model_type: str = "vit_b"):
+    """micro-sam's `InstanceSegmentationWithDecoder` for `model_type` as its users make it, on the CPU."""
     import torch
     from micro_sam.instance_segmentation import InstanceSegmentationWithDecoder, get_decoder
     from micro_sam.util import get_sam_model
 
-    predictor = get_sam_model(model_type="vit_b", checkpoint_path=checkpoint, device="cpu")
+    predictor = get_sam_model(model_type=model_type, checkpoint_path=checkpoint, device="cpu")
     state = torch.load(decoder, map_location="cpu", weights_only=True)
     return InstanceSegmentationWithDecoder(predictor, get_decoder(predictor.model.image_encoder, state, device="cpu"))
 

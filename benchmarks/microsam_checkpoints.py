@@ -44,3 +44,16 @@ def write_checkpoint(path: Path, model_type: str, seed: int, layout: str = PLAIN
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(saved, path)
     return path
+
+
+def write_decoder(path: Path, model_type: str, seed: int) -> Path:
+    """Save a random instance-segmentation decoder for `model_type` at `path` as micro-sam publishes
+    it (`*_decoder.pt`), torch_em's init drawn after the SAM's from `seed`."""
+    import torch
+
+    from benchmarks.instance import decoder_state
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(decoder_state(random_sam(model_type, seed)), path)
+    return path

@@ -84,15 +84,35 @@ def exported_repository(tmp_path_factory, export_stderr):
             repository = tmp_path_factory.mktemp(f"{model_id}_repo")
             # As a user exports, and in a process of its own: tracing a model takes gigabytes that
             # the test process would otherwise keep (the suite's peak went from ~21 to ~19.5 GB).
-            command = ["export", model_id, "--random-init", "--seed", str(PARITY_SEED), "--output", str(repository)]
-            done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
-            if done.returncode:
-                pytest.fail(f"triton-sam {' '.join(command)} failed:\n{done.stderr[-4000:]}")
-            export_stderr[model_id] = done.stderr
+            export_stderr[model_id] = cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
             repositories[model_id] = repository
         return repositories[model_id]
 
     return export
+
+
+def cli_export(model_id: str, repository: Path, *options: str) -> str:
+    """Run `triton-sam export model_id ... --output repository` in a process of its own; its stderr."""
+    command = ["export", model_id, *options, "--output", str(repository)]
+    done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
+    if done.returncode:
+        pytest.fail(f"triton-sam {' '.join(command)} failed:\n{done.stderr[-4000:]}")
+    return done.stderr
+
+
+@pytest.fixture(scope="session")
+def vit_b_lm_export(tmp_path_factory):
+    """(checkpoint, decoder file, repository): random vit_b_lm files as micro-sam publishes them (plain
+    weights and a separate `*_decoder.pt`), exported through `triton-sam export` (~35 s: shared)."""
+    require_export_extra()
+    pytest.importorskip("micro_sam")
+    from benchmarks.microsam_checkpoints import PLAIN, write_checkpoint, write_decoder
+
+    folder = tmp_path_factory.mktemp("vit_b_lm")
+    checkpoint = write_checkpoint(folder / "vit_b_lm.pt", "vit_b", PARITY_SEED, PLAIN)
+    decoder = write_decoder(folder / "vit_b_lm_decoder.pt", "vit_b", PARITY_SEED)
+    cli_export("vit_b_lm", folder / "repo", "--checkpoint", str(checkpoint), "--decoder", str(decoder))
+    return checkpoint, decoder, folder / "repo"
 
 
 @pytest.fixture(scope="session")

@@ -157,3 +157,26 @@ def test_an_unknown_checksum_algorithm_is_refused_before_downloading(server, tmp
     with pytest.raises(DownloadError, match="Unknown checksum algorithm in 'md5:00'; known: sha256, xxh128"):
         download(f"{server}/weights.pt", "md5:00", tmp_path / "dl" / "weights.pt")
     assert not (tmp_path / "dl").exists()
+
+
+def test_a_micro_sam_decoder_is_verified_beside_its_checkpoint_and_offline_names_url_and_path(server, tmp_path):
+    """`setup` fetches the decoder as it fetches the checkpoint: verified, into the same folder, and
+    offline the error names the decoder's URL, where setup finds it, and the export that takes it."""
+    import dataclasses
+
+    from triton_sam.download import download_decoder
+    from triton_sam.registry import get_model
+
+    folder = tmp_path / "checkpoints"
+    spec = dataclasses.replace(get_model("vit_b_lm"), decoder_url=f"{server}/weights.pt", decoder_checksum=SHA256)
+    path = download_decoder(spec, folder)
+    assert path == folder / "vit_b_lm_decoder.pt" and path.read_bytes() == PAYLOAD
+    offline = dataclasses.replace(spec, decoder_url=_unreachable_url())
+    assert download_decoder(offline, folder) == path  # kept: verified
+    path.unlink()
+    with pytest.raises(DownloadError) as error:
+        download_decoder(offline, folder)
+    for hint in (offline.decoder_url, str(path), "triton-sam export vit_b_lm --checkpoint PATH --decoder PATH"):
+        assert hint in str(error.value)
+    assert list(folder.iterdir()) == []
+    assert download_decoder(get_model("sam_vit_b"), tmp_path) is None

@@ -38,17 +38,28 @@ class _ProgressBar:
             self.bar.close()
 
 
-def _download(args) -> Path:
-    from .download import download_checkpoint
-
-    spec = get_model(args.model)
-    progress = _ProgressBar(spec.checkpoint_filename)
+def _fetch(download, spec, description: str, args) -> Path | None:
+    """`download(spec, args.dir, progress=...)` with a progress bar named `description`."""
+    progress = _ProgressBar(description)
     try:
-        path = download_checkpoint(spec, args.dir, url=args.url, progress=progress)
+        return download(spec, args.dir, progress=progress)
     finally:
         progress.close()
-    print(f"Checkpoint verified: {path}")
-    return path
+
+
+def _download(args) -> tuple[Path, Path | None]:
+    """The verified checkpoint of `args.model`, and its instance-segmentation decoder if it has one."""
+    from functools import partial
+
+    from .download import download_checkpoint, download_decoder
+
+    spec = get_model(args.model)
+    checkpoint = _fetch(partial(download_checkpoint, url=args.url), spec, spec.checkpoint_filename, args)
+    print(f"Checkpoint verified: {checkpoint}")
+    decoder = _fetch(download_decoder, spec, spec.decoder_filename, args) if spec.decoder_url else None
+    if decoder is not None:
+        print(f"Instance-segmentation decoder verified: {decoder}")
+    return checkpoint, decoder
 
 
 def _repository(given: Path | None) -> Path:
@@ -62,15 +73,22 @@ def _repository(given: Path | None) -> Path:
     return repository
 
 
-def _export(args, checkpoint: Path | None = None) -> None:
+def _export(args, checkpoint: Path | None = None, decoder: Path | None = None) -> None:
     checkpoint = checkpoint or args.checkpoint
+    decoder = decoder or getattr(args, "decoder", None)
     seed = None if checkpoint else args.seed
     output = _repository(args.output)
     try:
         from .export import export_model
 
         paths = export_model(
-            get_model(args.model), output, checkpoint=checkpoint, seed=seed, tensorrt=args.tensorrt, half=args.fp16
+            get_model(args.model),
+            output,
+            checkpoint=checkpoint,
+            seed=seed,
+            decoder=decoder,
+            tensorrt=args.tensorrt,
+            half=args.fp16,
         )
     except ImportError as error:
         raise TritonSamError(
@@ -114,7 +132,8 @@ def _cmd_cache(args) -> None:
 
 
 def _cmd_setup(args) -> None:
-    _export(args, checkpoint=_download(args))
+    checkpoint, decoder = _download(args)
+    _export(args, checkpoint=checkpoint, decoder=decoder)
 
 
 def _interrupt(signum, frame) -> None:
@@ -204,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     weights.add_argument("--checkpoint", type=Path, help="an official checkpoint file as its authors publish it")
     weights.add_argument("--random-init", action="store_true", help="random weights (tests and benchmarks only)")
     export.add_argument("--seed", type=int, default=0, help="seed for --random-init")
+    export.add_argument(
+        "--decoder", type=Path, default=None, help="micro-sam's instance-segmentation decoder file (*_decoder.pt)"
+    )
     _add_export_options(export)
     export.set_defaults(func=_export)
 

@@ -111,13 +111,36 @@ def download_checkpoint(
             f"accepted the model's licence. Download it in a browser, then run: "
             f"triton-sam export {spec.model_id} --checkpoint {spec.checkpoint_filename}"
         )
+    export = f"`triton-sam export {spec.model_id} --checkpoint PATH`"
+    return _fetch(spec, spec.url, spec.checksum, spec.checkpoint_filename, directory, url, progress, export)
+
+
+def download_decoder(spec: ModelSpec, directory: Path | None = None, progress: Progress | None = None) -> Path | None:
+    """Download micro-sam's instance-segmentation decoder of `spec` beside its checkpoint (None: it has none)."""
+    if spec.decoder_url is None:
+        return None
+    export = f"`triton-sam export {spec.model_id} --checkpoint PATH --decoder PATH`"
+    return _fetch(spec, spec.decoder_url, spec.decoder_checksum, spec.decoder_filename, directory, None, progress, export)
+
+
+def _fetch(
+    spec: ModelSpec,
+    official: str,
+    checksum: str,
+    filename: str,
+    directory: Path | None,
+    mirror: str | None,
+    progress: Progress | None,
+    export: str,
+) -> Path:
+    """`official` (or the same file from `mirror`) verified into `directory`/`filename`; offline, the
+    error names the URL, the path `setup` looks at, and the `export` command that takes the file."""
     directory = Path(directory) if directory is not None else default_checkpoint_dir()
-    destination = directory / spec.checkpoint_filename
+    destination = directory / filename
     try:
-        return download(url or spec.url, spec.checksum, destination, progress)
+        return download(mirror or official, checksum, destination, progress)
     except Unreachable as error:
         raise DownloadError(
-            f"{error} Offline? Download {spec.url} on a machine with internet access, then either put it at "
-            f"{destination} (`triton-sam setup {spec.model_id}` uses a verified file there) or run "
-            f"`triton-sam export {spec.model_id} --checkpoint PATH`."
+            f"{error} Offline? Download {official} on a machine with internet access, then either put it at "
+            f"{destination} (`triton-sam setup {spec.model_id}` uses a verified file there) or run {export}."
         ) from error

@@ -10,15 +10,12 @@ cheap (a random vit_b encodes in seconds here); vit_t_lm is also checked through
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from benchmarks.microsam_checkpoints import MODEL_STATE, PLAIN, TORCH_EM, write_checkpoint
 from benchmarks.parity import mask_iou, parity_images
-from conftest import PARITY_SEED, release_memory, require_export_extra, start_server
+from conftest import PARITY_SEED, cli_export, release_memory, require_export_extra, start_server
 from triton_sam import Predictor
 
 pytestmark = pytest.mark.parity
@@ -115,15 +112,17 @@ def exported(request, tmp_path_factory):
     torch.set_grad_enabled(False)
     model_id = request.param
     layout, image_name = CASES[model_id]
-    folder = tmp_path_factory.mktemp(model_id)
-    checkpoint = write_checkpoint(folder / f"{model_id}.pt", model_id[:5], PARITY_SEED, layout)
-    command = ["export", model_id, "--checkpoint", str(checkpoint), "--output", str(folder / "repo")]
-    done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
+    if model_id == "vit_b_lm":  # its plain layout as the instance tests' export: shared (~35 s)
+        checkpoint, _, repository = request.getfixturevalue("vit_b_lm_export")
+    else:
+        folder = tmp_path_factory.mktemp(model_id)
+        checkpoint = write_checkpoint(folder / f"{model_id}.pt", model_id[:5], PARITY_SEED, layout)
+        repository = folder / "repo"
+        cli_export(model_id, repository, "--checkpoint", str(checkpoint))
     image = _image(image_name)
     expected = _micro_sam_outputs(checkpoint, model_id, image)
     release_memory()
-    return model_id, image, expected, folder / "repo"
+    return model_id, image, expected, repository
 
 
 def test_prompt_masks_and_scores_match_micro_sams(exported):

@@ -85,6 +85,7 @@ def export_model(
     output: Path,
     checkpoint: Path | None = None,
     seed: int | None = None,
+    decoder: Path | None = None,
     tensorrt: bool = False,
     progress=print,
     external_data: bool | None = None,
@@ -95,6 +96,10 @@ def export_model(
     `half` exports the encoder's backbone in float16 (for GPUs: faster, masks measured against
     the float32 official predictor in BENCHMARKS.md); its inputs and outputs stay as the contract says.
 
+    A model with micro-sam's instance-segmentation decoder gets it beside its session model: from
+    `decoder` (micro-sam's `*_decoder.pt`), else from a checkpoint that holds a "decoder_state",
+    else random from `seed`.
+
     Each Triton model directory is written next to its final place and moved in only when
     complete, so an interrupted export never leaves a model that looks usable. The encoder's
     weights go to an external file when it is too large for one ONNX file (`external_data=None`),
@@ -102,6 +107,8 @@ def export_model(
     """
     if (checkpoint is None) == (seed is None):
         raise ValueError("Give exactly one of checkpoint and seed.")
+    if decoder is not None and spec.decoder_url is None:
+        raise InvalidInputError(f"{spec.model_id} has no instance-segmentation decoder; leave out the decoder file.")
     family = _family_module(spec)
     model = family.build_model(spec, checkpoint=checkpoint, seed=seed)
     weights = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint else {"checkpoint": "random-init", "seed": seed}
@@ -133,7 +140,26 @@ def export_model(
         progress(f"Exporting {spec.model_id} video graphs ...")
         written += _staged(output, video_path(output, spec), partial(export_video, model, spec))
     written.append(write_session_model(spec, output))
-    return written
+    return written + _export_instance_decoder(spec, output, checkpoint, seed, decoder, progress)
+
+
+def _export_instance_decoder(
+    spec: ModelSpec, output: Path, checkpoint: Path | None, seed: int | None, decoder: Path | None, progress
+) -> list[Path]:
+    """The instance decoder of `spec`, if it has one, from the first source `export_model` names."""
+    if spec.decoder_url is None:
+        return []
+    from . import instance_decoder_onnx
+
+    if decoder is None and checkpoint is not None and instance_decoder_onnx.holds_decoder_state(checkpoint):
+        decoder = checkpoint
+    if decoder is None and seed is None:
+        progress(f"No instance-segmentation decoder exported: give micro-sam's {spec.decoder_filename} with --decoder.")
+        return []
+    progress(f"Exporting {spec.model_id} instance decoder ...")
+    if decoder is not None:
+        return [instance_decoder_onnx.export_instance_decoder(spec, decoder, output)]
+    return [instance_decoder_onnx.export_random_instance_decoder(spec, seed, output)]
 
 
 def _staged(output: Path, final: Path, write) -> list[Path]:

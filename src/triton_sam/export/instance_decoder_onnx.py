@@ -79,29 +79,37 @@ class InstanceDecoder(nn.Module):
         return self.final_activation(self.out_conv(x))
 
 
-def read_decoder_state(path: Path) -> dict[str, torch.Tensor]:
-    """A decoder state as micro-sam publishes it (`*_decoder.pt`: the state dict) or keeps it in a
-    combined checkpoint (under "decoder_state"); read with `weights_only=True`."""
+def _load(path: Path):
+    """What `path` holds, read with `weights_only=True` (no pickled code runs)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         raise CheckpointError(f"Cannot read decoder checkpoint {path}: {error}") from error
+
+
+def read_decoder_state(path: Path) -> dict[str, torch.Tensor]:
+    """A decoder state as micro-sam publishes it (`*_decoder.pt`: the state dict) or keeps it in a
+    combined checkpoint (under "decoder_state")."""
+    state = _load(path)
     state = state.get("decoder_state", state) if isinstance(state, dict) else state
     if not isinstance(state, dict) or not any(key.startswith("decoder.") for key in state):
         raise CheckpointError(f"{path} holds no micro-sam instance-segmentation decoder state.")
     return state
 
 
-def build_decoder(state: dict[str, torch.Tensor], spec: ModelSpec) -> InstanceDecoder:
-    """torch_em's UNETR decoder as micro-sam's `get_unetr` builds it, with `state`'s weights
-    (transposed-convolution upsamplers where the state has them, as micro-sam decides)."""
+def holds_decoder_state(checkpoint: Path) -> bool:
+    """Whether a SAM checkpoint carries its instance decoder (torch_em's "decoder_state")."""
+    state = _load(checkpoint)
+    return isinstance(state, dict) and isinstance(state.get("decoder_state"), dict)
+
+
+def _unetr(spec: ModelSpec, conv_transpose: bool = False) -> nn.Module:
+    """torch_em's UNETR as micro-sam's `get_unetr` builds it for `spec` (its encoder only a shape)."""
     from torch_em.model import UNETR
 
-    conv_transpose = any(".block." in key for key in state if key.startswith("decoder.samplers"))
-    embed_dim = spec.feature_shapes[IMAGE_EMBED][0]
-    unetr = UNETR(
+    return UNETR(
         backbone="sam",
-        encoder=_EncoderShape(spec.input_size, embed_dim),
+        encoder=_EncoderShape(spec.input_size, spec.feature_shapes[IMAGE_EMBED][0]),
         out_channels=MAP_CHANNELS,
         use_sam_stats=True,
         final_activation="Sigmoid",
@@ -109,6 +117,18 @@ def build_decoder(state: dict[str, torch.Tensor], spec: ModelSpec) -> InstanceDe
         resize_input=True,
         use_conv_transpose=conv_transpose,
     )
+
+
+def random_decoder_state(spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:
+    """A decoder state with torch_em's initialisation drawn from `seed` (tests and benchmarks)."""
+    torch.manual_seed(seed)
+    return {key: value for key, value in _unetr(spec).state_dict().items() if not key.startswith("encoder")}
+
+
+def build_decoder(state: dict[str, torch.Tensor], spec: ModelSpec) -> InstanceDecoder:
+    """torch_em's UNETR decoder with `state`'s weights (transposed-convolution upsamplers where the
+    state has them, as micro-sam decides)."""
+    unetr = _unetr(spec, conv_transpose=any(".block." in key for key in state if key.startswith("decoder.samplers")))
     own = {key for key in unetr.state_dict() if not key.startswith("encoder")}
     missing = sorted(own - set(state))
     if missing:
@@ -118,8 +138,20 @@ def build_decoder(state: dict[str, torch.Tensor], spec: ModelSpec) -> InstanceDe
 
 
 def export_instance_decoder(spec: ModelSpec, decoder_checkpoint: Path, output: Path) -> Path:
-    """Write the ONNX file of the decoder in `decoder_checkpoint` for `spec` (exported in `output`)."""
-    decoder = build_decoder(read_decoder_state(decoder_checkpoint), spec)
+    """Write the ONNX file of the decoder in `decoder_checkpoint` (a `*_decoder.pt` or a checkpoint
+    with a "decoder_state") for `spec` (exported in `output`)."""
+    weights = {"decoder_sha256": file_sha256(decoder_checkpoint)}
+    return _write(build_decoder(read_decoder_state(decoder_checkpoint), spec), spec, output, weights)
+
+
+def export_random_instance_decoder(spec: ModelSpec, seed: int, output: Path) -> Path:
+    """Write the ONNX file of a decoder with random weights from `seed` for `spec` (exported in `output`)."""
+    decoder = build_decoder(random_decoder_state(spec, seed), spec)
+    return _write(decoder, spec, output, {"decoder": "random-init", "seed": seed})
+
+
+def _write(decoder: InstanceDecoder, spec: ModelSpec, output: Path, weights: dict) -> Path:
+    """`decoder` as the ONNX file beside `spec`'s session model in `output`, with its metadata."""
     target = instance_decoder_path(output, spec)
     target.parent.mkdir(parents=True, exist_ok=True)
     shape = (1, *spec.feature_shapes[IMAGE_EMBED])
@@ -127,5 +159,5 @@ def export_instance_decoder(spec: ModelSpec, decoder_checkpoint: Path, output: P
     with ignoring(INSTANCE_DECODER_TRACE):
         export_onnx(decoder, (torch.zeros(shape),), target, [IMAGE_EMBED], [INSTANCE_MAPS], dynamic={})
     metadata = {"model_id": spec.model_id, "component": "instance_decoder", "contract_version": contract.CONTRACT_VERSION}
-    write_metadata(target.parent, {**metadata, "decoder_sha256": file_sha256(decoder_checkpoint)})
+    write_metadata(target.parent, {**metadata, **weights})
     return target

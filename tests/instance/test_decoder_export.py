@@ -1,0 +1,57 @@
+"""`triton-sam export <micro-sam model> --random-init` writes the instance decoder beside the session
+model, and `InstanceSegmenter` runs on it (vit_t_lm: micro-sam's cheapest model with a decoder); a
+checkpoint holding its decoder exports it; a decoder for a model without one is refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from benchmarks.microsam_checkpoints import MODEL_STATE, write_checkpoint, write_decoder
+from conftest import cli_export, require_export_extra
+from synthetic import disk_image
+from triton_sam import Predictor
+from triton_sam.download import file_sha256
+from triton_sam.instance import InstanceSegmenter
+from triton_sam.registry import get_model
+from triton_sam.repository import instance_decoder_path, read_metadata
+
+MODEL = "vit_t_lm"
+
+
+def test_random_init_export_writes_a_decoder_the_segmenter_runs(exported_repository):
+    repository = exported_repository(MODEL)
+    decoder = instance_decoder_path(repository, get_model(MODEL))
+    assert decoder.is_file()
+    assert read_metadata(decoder.parent) | {"decoder": "random-init", "seed": 0} == read_metadata(decoder.parent)
+
+    image = disk_image(120, 160, [(50, 60, 20)])
+    with Predictor(MODEL, model_repository=repository) as predictor:
+        segmenter = InstanceSegmenter(predictor)
+        segmenter.initialize(image)
+        maps = segmenter.get_state()
+        labels = segmenter.generate(min_size=0)
+    assert {name: value.shape for name, value in maps.items()} == dict.fromkeys(maps, (120, 160))
+    assert all(np.all((0 <= value) & (value <= 1)) for value in maps.values())  # sigmoid maps
+    assert labels.shape == (120, 160)
+
+
+def test_a_checkpoint_holding_its_decoder_exports_it(tmp_path):
+    """torch_em's training layout keeps the decoder under "decoder_state": no --decoder needed."""
+    require_export_extra()
+    import torch
+
+    state = torch.load(write_decoder(tmp_path / "decoder.pt", "vit_t", 1), weights_only=True)
+    checkpoint = write_checkpoint(tmp_path / "vit_t_lm.pt", "vit_t", 1, MODEL_STATE, decoder_state=state)
+    cli_export(MODEL, tmp_path / "repo", "--checkpoint", str(checkpoint))
+    decoder = instance_decoder_path(tmp_path / "repo", get_model(MODEL))
+    assert read_metadata(decoder.parent)["decoder_sha256"] == file_sha256(checkpoint)
+
+
+def test_a_decoder_for_a_model_without_one_is_refused_before_exporting(tmp_path):
+    command = ["export", "sam_vit_b", "--random-init", "--decoder", str(tmp_path / "x.pt"), "--output", str(tmp_path / "repo")]
+    done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
+    assert done.returncode == 2 and "sam_vit_b has no instance-segmentation decoder" in done.stderr
+    assert not (tmp_path / "repo").exists()
