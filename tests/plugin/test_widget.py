@@ -20,6 +20,7 @@ from triton_sam import Predictor
 from triton_sam.registry import get_model
 
 napari = pytest.importorskip("napari")
+from process_scenarios import open_section  # noqa: E402
 from qtpy.QtCore import QEvent, Qt, QTimer  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 
@@ -179,6 +180,8 @@ def test_every_field_of_the_panel_shows_its_text_whole(qtbot, viewer):
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     qtbot.waitUntil(lambda: widget.isVisible() and widget.width() > 0, timeout=5000)
     qtbot.wait(100)  # laid out with napari's style
+    for key in widget.form.sections:  # every section unfolded: the panel at its tallest
+        open_section(widget, key)
     fields = widget.findChildren(QPushButton) + widget.findChildren(QComboBox) + widget.findChildren(QAbstractSpinBox)
     squeezed = [f for f in fields + widget.findChildren(QLineEdit) if f.height() < f.minimumSizeHint().height()]
     assert not squeezed, [(f.objectName() or type(f).__name__, f.height()) for f in squeezed]
