@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
@@ -183,8 +184,13 @@ def test_every_field_of_the_panel_shows_its_text_whole(qtbot, viewer):
     for key in widget.form.sections:  # every section unfolded: the panel at its tallest
         open_section(widget, key)
     fields = widget.findChildren(QPushButton) + widget.findChildren(QComboBox) + widget.findChildren(QAbstractSpinBox)
-    squeezed = [f for f in fields + widget.findChildren(QLineEdit) if f.height() < f.minimumSizeHint().height()]
-    assert not squeezed, [(f.objectName() or type(f).__name__, f.height()) for f in squeezed]
+
+    def squeezed():
+        return [f for f in fields + widget.findChildren(QLineEdit) if f.height() < f.minimumSizeHint().height()]
+
+    with contextlib.suppress(qtbot.TimeoutError):  # the last unfolding's layout may still be pending
+        qtbot.waitUntil(lambda: not squeezed(), timeout=5000)
+    assert not squeezed(), [(f.objectName() or type(f).__name__, f.height()) for f in squeezed()]
     cut = []
     for field in fields:
         if not field.isVisibleTo(widget):
