@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import platformdirs
 import xxhash
@@ -112,7 +113,7 @@ def download_checkpoint(
             f"triton-sam export {spec.model_id} --checkpoint {spec.checkpoint_filename}"
         )
     export = f"`triton-sam export {spec.model_id} --checkpoint PATH`"
-    return _fetch(spec, spec.url, spec.checksum, spec.checkpoint_filename, directory, url, progress, export)
+    return _fetch(spec, _Published(spec.url, spec.checksum, spec.checkpoint_filename, export), directory, url, progress)
 
 
 def download_decoder(spec: ModelSpec, directory: Path | None = None, progress: Progress | None = None) -> Path | None:
@@ -120,27 +121,29 @@ def download_decoder(spec: ModelSpec, directory: Path | None = None, progress: P
     if spec.decoder_url is None:
         return None
     export = f"`triton-sam export {spec.model_id} --checkpoint PATH --decoder PATH`"
-    return _fetch(spec, spec.decoder_url, spec.decoder_checksum, spec.decoder_filename, directory, None, progress, export)
+    published = _Published(spec.decoder_url, spec.decoder_checksum, spec.decoder_filename, export)
+    return _fetch(spec, published, directory, None, progress)
 
 
-def _fetch(
-    spec: ModelSpec,
-    official: str,
-    checksum: str,
-    filename: str,
-    directory: Path | None,
-    mirror: str | None,
-    progress: Progress | None,
-    export: str,
-) -> Path:
-    """`official` (or the same file from `mirror`) verified into `directory`/`filename`; offline, the
-    error names the URL, the path `setup` looks at, and the `export` command that takes the file."""
+class _Published(NamedTuple):
+    """A file a model's publisher serves: its URL and checksum, the name it is kept under, and the
+    `export` command that takes it when the user brings it themselves."""
+
+    url: str
+    checksum: str
+    filename: str
+    export: str
+
+
+def _fetch(spec: ModelSpec, published: _Published, directory: Path | None, mirror: str | None, progress: Progress | None) -> Path:
+    """`published` (or the same file from `mirror`) verified into `directory`; offline, the error
+    names the URL, the path `setup` looks at, and the command that takes the file."""
     directory = Path(directory) if directory is not None else default_checkpoint_dir()
-    destination = directory / filename
+    destination = directory / published.filename
     try:
-        return download(mirror or official, checksum, destination, progress)
+        return download(mirror or published.url, published.checksum, destination, progress)
     except Unreachable as error:
         raise DownloadError(
-            f"{error} Offline? Download {official} on a machine with internet access, then either put it at "
-            f"{destination} (`triton-sam setup {spec.model_id}` uses a verified file there) or run {export}."
+            f"{error} Offline? Download {published.url} on a machine with internet access, then either put it at "
+            f"{destination} (`triton-sam setup {spec.model_id}` uses a verified file there) or run {published.export}."
         ) from error
