@@ -6,7 +6,9 @@ do), average-pooled to each feature map's size. Decoder: for threshold t in
 (in 1024-pixel model units) is the distance to the nearest positive point beyond 300, plus a
 quarter of `mask_input` when given (a soft prior, as SAM's: a later click can still add a region
 that the previous round's clamped logits put at -32). Scores are fixed at (0.5, 0.9, 0.7), so the best mask is the middle one.
-So a click inside a bright disk returns that disk and not a distant one.
+So a click inside a bright disk returns that disk and not a distant one. Instance decoder
+(micro-sam models, `write_instance_decoder`): three smooth maps of the image embedding's first
+channels, each its own contrast, at the input size.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from triton_sam import contract
 from triton_sam.export import write_session_model
 from triton_sam.export.triton_config import decoder_config, encoder_config
 from triton_sam.registry import ModelSpec
+from triton_sam.repository import instance_decoder_path
 
 THRESHOLDS = (0.3, 0.5, 0.7)
 SCORES = (0.5, 0.9, 0.7)
@@ -69,6 +72,19 @@ def encoder_model(spec: ModelSpec) -> onnx.ModelProto:
     return _model(nodes, [image], outputs)
 
 
+def _brightness(spec: ModelSpec) -> list:
+    """Nodes giving "bright" [B, 1, low, low], the brightness the encoder pooled: SAM2's first
+    high-resolution map, or SAM1's image embedding brought to the low-res size."""
+    if "high_res_feats_0" in spec.feature_shapes:
+        return [helper.make_node("Slice", ["high_res_feats_0", "c0", "c1", "c1"], ["bright"])]
+    scale = spec.low_res_size / spec.feature_shapes["image_embed"][-1]
+    return [
+        helper.make_node("Slice", ["image_embed", "c0", "c1", "c1"], ["embed_bright"]),
+        _const("bright_scales", np.array([1, 1, scale, scale], np.float32)),
+        helper.make_node("Resize", ["embed_bright", "", "bright_scales"], ["bright"], mode="linear"),
+    ]
+
+
 def decoder_model(spec: ModelSpec, reach: float = REACH) -> onnx.ModelProto:
     """The decoder, its masks reaching `reach` model units from the nearest positive point before they fall off."""
     low = spec.low_res_size
@@ -78,7 +94,7 @@ def decoder_model(spec: ModelSpec, reach: float = REACH) -> onnx.ModelProto:
         _const("c0", np.array([0], np.int64)),
         _const("c1", np.array([1], np.int64)),
         _const("c2", np.array([2], np.int64)),
-        helper.make_node("Slice", ["high_res_feats_0", "c0", "c1", "c1"], ["bright"]),
+        *_brightness(spec),
         helper.make_node("Slice", ["point_coords", "c0", "c1", "c2"], ["px"]),
         helper.make_node("Slice", ["point_coords", "c1", "c2", "c2"], ["py"]),
         helper.make_node("Unsqueeze", ["px", "c2"], ["px4"]),  # [B, P, 1, 1]
@@ -168,6 +184,35 @@ def write_repository(spec: ModelSpec, repository: Path, reach: float = REACH) ->
         (version_dir.parent / contract.METADATA_FILE).write_text(json.dumps(metadata))
     write_session_model(spec, repository)
     return Path(repository)
+
+
+def instance_decoder_model(spec: ModelSpec) -> onnx.ModelProto:
+    """image_embed [1, C, h, w] -> sigmoid maps [1, 3, S, S] (S: the input size), as micro-sam's decoder's shapes."""
+    size = spec.input_size
+    nodes = [
+        _const("starts", np.array([0], np.int64)),
+        _const("ends", np.array([3], np.int64)),
+        _const("axes", np.array([1], np.int64)),
+        helper.make_node("Slice", [contract.INSTANCE_EMBED, "starts", "ends", "axes"], ["three"]),
+        _const("middle", np.float32(0.3)),
+        _const("gains", np.array([12.0, -8.0, 4.0], np.float32).reshape(1, 3, 1, 1)),
+        helper.make_node("Sub", ["three", "middle"], ["centred"]),
+        helper.make_node("Mul", ["centred", "gains"], ["scaled"]),
+        _const("sizes", np.array([1, 3, size, size], np.int64)),
+        helper.make_node("Resize", ["scaled", "", "", "sizes"], ["large"], mode="linear"),
+        helper.make_node("Sigmoid", ["large"], [contract.INSTANCE_MAPS]),
+    ]
+    embed = helper.make_tensor_value_info(contract.INSTANCE_EMBED, TensorProto.FLOAT, [1, *spec.feature_shapes["image_embed"]])
+    maps = helper.make_tensor_value_info(contract.INSTANCE_MAPS, TensorProto.FLOAT, [1, 3, size, size])
+    return _model(nodes, [embed], [maps])
+
+
+def write_instance_decoder(spec: ModelSpec, repository: Path) -> Path:
+    """The synthetic instance decoder where the export puts micro-sam's."""
+    path = instance_decoder_path(repository, spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(instance_decoder_model(spec), path)
+    return path
 
 
 def disk_image(height: int, width: int, disks: list[tuple[float, float, float]]) -> np.ndarray:

@@ -108,6 +108,15 @@ LOW_RES_LOGITS = "low_res_logits"
 MASK_OBJ_PTR = "mask_obj_ptr"
 UNKNOWN_MEMORY = "UNKNOWN_MEMORY"  # starts the error message for an evicted or unknown memory handle
 
+# Session model, micro-sam's instance-segmentation maps (`engines.triton_instance`): HANDLE,
+# MAPS_REGION [B, 2] (the rows and columns of the decoder's maps that show the image:
+# `ModelSpec.input_hw`) and IMAGE_HW [B, 2] -> INSTANCE_MAPS [B, 3, h, w], that region at the
+# image's size or as it is, whichever is fewer samples (the client then resizes it). A model
+# exported without its decoder fails with a message starting with NO_INSTANCE_DECODER.
+MAPS_REGION = "maps_region"  # int64
+IMAGE_HW = "image_hw"  # int64
+NO_INSTANCE_DECODER = "NO_INSTANCE_DECODER"
+
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
 

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from skimage.measure import label
 
 from .registry import STRETCH, ModelSpec
+from .server.models.triton_sam_arrays import bilinear_taps
 
 _CPU = ("CPUExecutionProvider",)
 _CHUNK_PIXELS = 2**22  # `object_mask` upsamples this many pixels at a time (16 MiB of float32)
@@ -55,29 +56,20 @@ def remove_holes_and_specks(low_res: np.ndarray, max_area: int, threshold: float
     return np.where(specks != low_res, specks, holes)
 
 
-def _source_positions(n_out: int, n_in: int, start: int, stop: int) -> np.ndarray:
-    """Where output samples start:stop of a bilinear n_in -> n_out resize read the source, with
-    half-pixel centres as PyTorch's `interpolate(mode="bilinear", align_corners=False)`."""
-    return np.clip((np.arange(start, stop) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
-
-
 def bilinear_weights(n_out: int, n_in: int, start: int = 0, stop: int | None = None) -> np.ndarray:
     """Rows `start:stop` of the [n_out, n_in] matrix that resizes n_in samples to n_out bilinearly
-    (see `_source_positions`)."""
-    stop = n_out if stop is None else stop
-    source = _source_positions(n_out, n_in, start, stop)
-    first = np.floor(source).astype(np.int64)
-    second = np.minimum(first + 1, n_in - 1)
-    weights = np.zeros((stop - start, n_in), np.float32)
-    rows = np.arange(stop - start)
-    np.add.at(weights, (rows, first), (1 - (source - first)).astype(np.float32))
-    np.add.at(weights, (rows, second), (source - first).astype(np.float32))
+    (see `bilinear_taps`)."""
+    first, second, weight = bilinear_taps(n_out, n_in, start, stop)
+    weights = np.zeros((len(first), n_in), np.float32)
+    rows = np.arange(len(first))
+    np.add.at(weights, (rows, first), (1 - weight).astype(np.float32))
+    np.add.at(weights, (rows, second), weight.astype(np.float32))
     return weights
 
 
 def _reach(n_out: int, n_in: int, lo: int, hi: int) -> tuple[int, int]:
     """Output samples start:stop of a bilinear n_in -> n_out resize that read source samples lo..hi."""
-    first = np.floor(_source_positions(n_out, n_in, 0, n_out))
+    first = bilinear_taps(n_out, n_in)[0]
     inside = np.flatnonzero((first >= lo - 1) & (first <= hi))
     return int(inside[0]), int(inside[-1]) + 1
 

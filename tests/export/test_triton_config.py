@@ -68,7 +68,9 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     (group,) = config.instance_group
     assert group.count == 1  # every request must see the same feature cache
     inputs = {i.name: i for i in config.input}
-    assert set(inputs) == {
+    # A model with micro-sam's instance decoder also takes its maps' requests (answered where exported).
+    instance = {contract.MAPS_REGION, contract.IMAGE_HW} if spec.decoder_url else set()
+    assert set(inputs) == instance | {
         contract.ENCODER_INPUT,
         contract.HANDLE,
         contract.POINT_COORDS,
@@ -85,7 +87,11 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     assert inputs[contract.KEEP_LOGITS].data_type == inputs[contract.BEST_OF_MULTIMASK].data_type == model_config_pb2.TYPE_BOOL
     outputs = {o.name: o for o in config.output}
     crops = {contract.SINGLE_MASK_CROP, contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.KEPT_KEYS}
-    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, *crops}
+    maps = {contract.INSTANCE_MAPS} if instance else set()
+    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, *crops} | maps
+    if instance:
+        assert inputs[contract.IMAGE_HW].data_type == model_config_pb2.TYPE_INT64 and list(inputs[contract.IMAGE_HW].dims) == [2]
+        assert list(outputs[contract.INSTANCE_MAPS].dims) == [3, -1, -1]
     assert list(outputs[contract.SINGLE_MASK_CROP].dims) == [1, -1, -1] and list(outputs[contract.CROP_BOX].dims) == [4]
     assert list(outputs[contract.MULTI_MASK_CROP].dims) == [3, -1, -1] and list(outputs[contract.KEPT_KEYS].dims) == [-1]
     assert outputs[contract.KEPT_KEYS].data_type == model_config_pb2.TYPE_STRING

@@ -4,19 +4,31 @@ watershed) against micro-sam's `InstanceSegmentationWithDecoder` with the same r
 vit_b_lm's files are random (seeded) and written as micro-sam publishes them (`vit_b_lm_export`:
 the SAM's state dict, and torch_em's UNETR initialisation in a separate `*_decoder.pt`), exported
 through `triton-sam export --decoder`. Random weights give nearly flat maps, so the thresholds are
-taken from micro-sam's own maps (their medians, `median_thresholds`) to give many objects.
+taken from micro-sam's own maps (their medians, `median_thresholds`) to give many objects. The
+same holds through a real Triton server, whose session model runs the decoder next to the
+features it keeps; one server serves vit_b_lm and two synthetic micro-sam models it cannot
+segment with (exported without the decoder, or before the server computed maps).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 from scipy import ndimage
 
 from benchmarks.instance import matched_ious, median_thresholds, micro_sams_segmenter
+from conftest import start_server
+from synthetic import disk_image, write_repository
+from triton_sam.errors import ServerModelError
+from triton_sam.export import write_session_model
 from triton_sam.instance import InstanceSegmenter
 from triton_sam.predictor import Predictor
+from triton_sam.registry import get_model
 
 IMAGE_HW = (320, 384)
+MAP_TOLERANCE = 1e-3
 
 
 def blob_image() -> np.ndarray:
@@ -25,38 +37,106 @@ def blob_image() -> np.ndarray:
     return (255 * (blobs - blobs.min()) / np.ptp(blobs)).astype(np.uint8)
 
 
-def test_instance_segmentation_equals_micro_sams(vit_b_lm_export):
-    """Maps within float32 noise of micro-sam's; our watershed on micro-sam's maps gives its labels.
+@pytest.fixture(scope="module")
+def theirs(vit_b_lm_export):
+    """micro-sam's `InstanceSegmentationWithDecoder`, initialized on the blob image."""
+    checkpoint, decoder, _ = vit_b_lm_export
+    segmenter = micro_sams_segmenter(checkpoint, decoder, "vit_b_lm")
+    segmenter.initialize(blob_image())
+    return segmenter
+
+
+@pytest.fixture(scope="module")
+def ours(vit_b_lm_export):
+    """Our segmenter on the local engine, initialized on the blob image, and a copy of its maps."""
+    with Predictor("vit_b_lm", model_repository=vit_b_lm_export[2]) as predictor:
+        segmenter = InstanceSegmenter(predictor)
+        segmenter.initialize(blob_image())
+        yield segmenter, {name: array.copy() for name, array in segmenter.get_state().items()}
+
+
+def assert_maps_close(maps: dict, expected: dict, label: str) -> None:
+    for name, expected_map in expected.items():
+        difference = np.abs(maps[name] - expected_map).max()
+        print(f"{label}, {name}: max abs diff {difference:.2e}")
+        assert maps[name].shape == expected_map.shape and difference < MAP_TOLERANCE, name
+
+
+def assert_labels_as_micro_sams(segmenter: InstanceSegmenter, maps: dict, theirs) -> None:
+    """Our watershed on `maps` gives micro-sam's objects on its own maps.
 
     End to end, the maps' ~1.4e-4 differences (float32 sums through vit_b) move a tiny seed or two
     across thresholds cut through random weights' flat maps: micro-sam's own post-processing on our
     maps gives our count (353 vs 354 measured), so there the count may differ by 1%.
     """
-    checkpoint, decoder, repository = vit_b_lm_export
-    image = blob_image()
-    theirs = micro_sams_segmenter(checkpoint, decoder, "vit_b_lm")
-    theirs.initialize(image)
-    ours = InstanceSegmenter(Predictor("vit_b_lm", model_repository=repository))
-    ours.initialize(image)
+    parameters = median_thresholds(theirs.get_state())
+    their_labels = theirs.generate(**parameters)
+    segmenter.set_state(maps)
+    our_labels = segmenter.generate(**parameters)
+    ious = matched_ious(our_labels, their_labels)
+    print(f"end to end: {our_labels.max()} objects, {np.mean(ious >= 0.99):.3f} of them matched with IoU >= 0.99")
+    assert abs(int(our_labels.max()) - int(their_labels.max())) <= 0.01 * their_labels.max()
+    assert np.mean(ious >= 0.99) >= 0.95
 
-    their_maps, our_maps = theirs.get_state(), ours.get_state()
-    for name, their_map in their_maps.items():
-        difference = np.abs(our_maps[name] - their_map).max()
-        print(f"{name}: max abs diff {difference:.2e}")
-        assert difference < 1e-3, name
+
+def test_instance_segmentation_equals_micro_sams(theirs, ours):
+    """Maps within float32 noise of micro-sam's; our watershed on micro-sam's maps gives its labels."""
+    segmenter, our_maps = ours
+    their_maps = theirs.get_state()
+    assert_maps_close(our_maps, their_maps, "local")
 
     parameters = median_thresholds(their_maps)
     their_labels = theirs.generate(**parameters)
-    ours.set_state(their_maps)
-    on_their_maps = ours.generate(**parameters)
+    segmenter.set_state(their_maps)
+    on_their_maps = segmenter.generate(**parameters)
     ious = matched_ious(on_their_maps, their_labels)
     print(f"on micro-sam's maps: {on_their_maps.max()} objects (its {their_labels.max()}), min matched IoU {ious.min():.4f}")
     assert on_their_maps.max() == their_labels.max() > 100
     assert ious.min() >= 0.99
 
-    ours.set_state(our_maps)
-    our_labels = ours.generate(**parameters)
-    ious = matched_ious(our_labels, their_labels)
-    print(f"end to end: {our_labels.max()} objects, {np.mean(ious >= 0.99):.3f} of them matched with IoU >= 0.99")
-    assert abs(int(our_labels.max()) - int(their_labels.max())) <= 0.01 * their_labels.max()
-    assert np.mean(ious >= 0.99) >= 0.95
+    assert_labels_as_micro_sams(segmenter, our_maps, theirs)
+
+
+# Synthetic micro-sam models beside vit_b_lm: one exported without its instance decoder, one whose
+# session model was exported before the server computed maps (its config does not offer them).
+WITHOUT_DECODER, OLD_EXPORT = get_model("vit_t_lm"), get_model("vit_t_em_organelles")
+
+
+@pytest.fixture(scope="module")
+def server(vit_b_lm_export, tmp_path_factory):
+    repository = tmp_path_factory.mktemp("instance_served")
+    for model_dir in vit_b_lm_export[2].iterdir():
+        (repository / model_dir.name).symlink_to(model_dir, target_is_directory=True)
+    write_repository(WITHOUT_DECODER, repository)
+    write_repository(OLD_EXPORT, repository)
+    write_session_model(dataclasses.replace(OLD_EXPORT, decoder_url=None), repository)
+    server = start_server(repository)
+    yield server
+    server.stop()
+
+
+def test_through_a_triton_server_as_locally(server, theirs, ours):
+    """The session model runs the decoder next to the features it keeps (one encode, no features
+    sent): its maps equal the local engine's, and so micro-sam's; `backend="auto"` forwards them."""
+    segmenter, local_maps = ours
+    with Predictor("vit_b_lm", backend="auto", url=server.grpc_url) as remote:
+        served = InstanceSegmenter(remote)
+        served.initialize(blob_image())
+        assert remote.engine.fallback_reason is None
+    requests = server.session_requests(remote.spec.session_name)
+    assert requests.get("encoded") == 1 and requests.get("instance_maps") == 1, requests
+    served_maps = served.get_state()
+    assert_maps_close(served_maps, local_maps, "Triton vs local")
+    assert_maps_close(served_maps, theirs.get_state(), "Triton vs micro-sam")
+    assert_labels_as_micro_sams(segmenter, served_maps, theirs)
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [(WITHOUT_DECODER, "exported without its decoder"), (OLD_EXPORT, "exported before")],
+    ids=["no_decoder", "old_export"],
+)
+def test_a_server_model_without_instance_maps_says_how_to_export_them(server, spec, why):
+    with Predictor(spec.model_id, backend="triton", url=server.grpc_url) as remote:
+        with pytest.raises(ServerModelError, match=f"{why}.*--decoder PATH"):
+            InstanceSegmenter(remote).initialize(disk_image(100, 120, [(50, 50, 20)]))

@@ -110,19 +110,19 @@ class _NoCounts:
 
 
 def _session_model(
-    python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256, encode_batch: int = 1
+    python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256, encode_batch: int = 1, spec=TINY
 ):
     params = {
-        contract.MODEL_ID_PARAMETER: TINY.model_id,
-        "encoder_model": TINY.encoder_name,
-        "decoder_model": TINY.decoder_name,
+        contract.MODEL_ID_PARAMETER: spec.model_id,
+        "encoder_model": spec.encoder_name,
+        "decoder_model": spec.decoder_name,
         "cache_size": str(cache_size),
         "logits_cache_size": str(logits_cache_size),
-        "mask_input_clamp": str(TINY.low_res_clamp),
+        "mask_input_clamp": str(spec.low_res_clamp or ""),
         "feature_buffers": buffers,
         contract.ENCODE_BATCH_PARAMETER: str(encode_batch),
     }
-    return python_model.SessionModel(repository, params, _NoCounts(), repository / TINY.session_name / "1")
+    return python_model.SessionModel(repository, params, _NoCounts(), repository / spec.session_name / "1")
 
 
 def test_the_python_model_imports_the_contract_and_the_array_helpers_written_next_to_it(python_model):

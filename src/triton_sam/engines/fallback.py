@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..video.backend import VideoBackend
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RETRY_S = 10.0  # while on the local engine, try the server again this often
 
@@ -141,15 +142,23 @@ class FallbackEngine(Engine):
         multimask_output: bool = True,
         cancel: CancelToken | None = None,
     ) -> DecodeResult:
+        return self._where_features_are(features, lambda engine, kept: engine.decode(kept, request, multimask_output, cancel))
+
+    def instance_maps(self, features: ImageFeatures, image_hw: tuple[int, int]) -> np.ndarray:
+        return self._where_features_are(features, lambda engine, kept: engine.instance_maps(kept, image_hw))
+
+    def _where_features_are(self, features: ImageFeatures, run: Callable[[Engine, ImageFeatures], T]) -> T:
+        """`run(engine, features)` on the server for its features while it answers; else on the local
+        engine, server features encoded here first."""
         if features.on_server:
             server = self._server
             if server is not None:
                 try:
-                    return server.decode(features, request, multimask_output, cancel)
+                    return run(server, features)
                 except ServerUnavailableError as error:
                     self._use_local(error, server)
             features = self._as_local(features)
-        return self._local.decode(features, request, multimask_output, cancel)
+        return run(self._local, features)
 
     def _as_local(self, features: ImageFeatures) -> ImageFeatures:
         """Features the local engine can use: server-side ones are encoded here once."""

@@ -35,6 +35,7 @@ from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engi
 from .connection import TritonConnection
 from .kept_logits import KeptLogits
 from .triton_client import TritonClient, config_parameter, error_message, infer_inputs
+from .triton_instance import instance_maps
 
 if TYPE_CHECKING:
     from ..features import FeatureCache
@@ -121,6 +122,12 @@ class TritonEngine(Engine):
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
         return ImageFeatures(handle=self._encode(image[None])[0], encoder_input=image)
+
+    def instance_maps(self, features: ImageFeatures, image_hw: tuple[int, int]) -> np.ndarray:
+        """Computed by the session model next to the image's features (`triton_instance`)."""
+        if self.spec.decoder_url is None:
+            return super().instance_maps(features, image_hw)
+        return instance_maps(self, features, image_hw)
 
     def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
         """Images of one shape go `encode_batch` to a request (the server encodes them together);

@@ -186,9 +186,16 @@ def _session_decode_options() -> list[tuple[str, str, tuple[int, ...]]]:
     ]
 
 
+def _instance_tensors() -> tuple[list[str], list[str]]:
+    """The session model's inputs (optional) and output of micro-sam's instance-segmentation maps (see `contract`)."""
+    inputs = [(contract.MAPS_REGION, "TYPE_INT64", (2,)), (contract.IMAGE_HW, "TYPE_INT64", (2,))]
+    return [_tensor(*i, optional=True) for i in inputs], [_tensor(contract.INSTANCE_MAPS, "TYPE_FP32", (3, -1, -1))]
+
+
 def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_settings: dict | None = None) -> str:
     """config.pbtxt of the session model: encode (image -> handle) or decode (handle + prompts);
-    with `video_settings` (the model has video graphs) also the requests of volumes.
+    with `video_settings` (the model has video graphs) also the requests of volumes; for a model
+    with micro-sam's instance-segmentation decoder also its maps (answered only where exported).
 
     One instance, so every request sees the same feature cache; the model chooses its own ONNX
     Runtime device. gRPC cancellation removes queued requests before they run (Triton >= 2.57),
@@ -206,6 +213,9 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
         (contract.KEPT_KEYS, "TYPE_STRING", (-1,)),
     ]
     outputs = [_tensor(contract.HANDLE, "TYPE_STRING", (1,))] + [_tensor(*o) for o in [*decoder_outputs(spec), *crops]]
+    if spec.decoder_url is not None:
+        instance_inputs, instance_outputs = _instance_tensors()
+        inputs, outputs = inputs + instance_inputs, outputs + instance_outputs
     video = {}
     if video_settings is not None:
         video_inputs, video_outputs = _video_tensors(spec)

@@ -13,6 +13,7 @@ FEATURE_STORES_FILE = "triton_sam_features.py"
 REQUESTS_FILE = "triton_sam_requests.py"  # inputs, responses, errors and sessions every python model here uses
 VOLUMES_FILE = "triton_sam_volumes.py"  # the session model's volume requests
 VIDEO_GRAPHS_FILE = "triton_sam_video.py"
+INSTANCE_FILE = "triton_sam_instance.py"  # the session model's instance-segmentation requests
 
 
 def python_model_source() -> str:
@@ -24,7 +25,7 @@ def python_model_source() -> str:
 def helper_sources() -> dict[str, str]:
     """File name -> text of the modules `model.py` imports, written next to it."""
     sources = {CONTRACT_FILE: resources.files("triton_sam").joinpath("contract.py").read_text()}
-    for name in (ARRAYS_FILE, FEATURE_STORES_FILE, REQUESTS_FILE, VOLUMES_FILE, VIDEO_GRAPHS_FILE):
+    for name in (ARRAYS_FILE, FEATURE_STORES_FILE, REQUESTS_FILE, VOLUMES_FILE, VIDEO_GRAPHS_FILE, INSTANCE_FILE):
         sources[name] = resources.files(__name__).joinpath(name).read_text()
     return sources
 

@@ -15,7 +15,8 @@ bytes, answered as `kept_keys` when asked, so that a refinement may send `mask_i
 signatures) instead of `mask_input` (262 KB a prompt set); an unknown key fails with NOT_FOUND and `UNKNOWN_MASK_INPUT`, and
 clients send the logits themselves. With `best_of_multimask` a single-mask decode answers the
 multimask candidate with the highest predicted IoU instead (a hover preview shows what a click
-will give).
+will give). A request with `image_hw` gets micro-sam's instance-segmentation maps of a kept image
+(`triton_sam_instance.py`).
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
 `1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept),
@@ -35,8 +36,8 @@ Imports numpy, onnxruntime and Triton's `triton_python_backend_utils` only, and 
 written next to it (`server.models.write_python_model`), never triton-sam: the same files run in
 the NGC tritonserver image and in the server of `triton-sam serve`. Next to it: the tensor
 contract (`triton_sam_contract.py`, triton-sam's `contract.py`), the array computations the
-client does alike (`triton_sam_arrays.py`), the feature stores (`triton_sam_features.py`) and the
-video graphs (`triton_sam_video.py`).
+client does alike (`triton_sam_arrays.py`), the feature stores (`triton_sam_features.py`), the
+video graphs (`triton_sam_video.py`) and the instance-segmentation requests (`triton_sam_instance.py`).
 """
 
 import json
@@ -60,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the modules written next to th
 import triton_sam_contract as contract  # noqa: E402 (triton_sam/contract.py)
 from triton_sam_arrays import best_candidate, content_signature, crop_box, logits_signature  # noqa: E402
 from triton_sam_features import BufferFeatureStore, FeatureStore, LruStore  # noqa: E402
+from triton_sam_instance import InstanceRequests  # noqa: E402
 from triton_sam_requests import (  # noqa: E402
     Cancelled,
     UnknownHandle,
@@ -187,6 +189,7 @@ class SessionModel:
             float(params[contract.MASK_INPUT_CLAMP_PARAMETER]) if params.get(contract.MASK_INPUT_CLAMP_PARAMETER) else None
         )
         self.video = video_requests(model_dir, params)
+        self.instances = InstanceRequests(model_dir, self.model_id)
 
     def run(self, requests) -> list:
         encodes = [r for r in requests if pb_utils.get_input_tensor_by_name(r, IMAGE) is not None]
@@ -199,6 +202,9 @@ class SessionModel:
                 if self.video is not None and self.video.handles(request):
                     responses[id(request)] = self.video.run(request, self._host_features(request))
                     self.counts.add("video")
+                elif self.instances.handles(request):
+                    responses[id(request)] = self.instances.run(request, self.cache, self._row(request))
+                    self.counts.add("instance_maps")
                 else:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:
@@ -264,13 +270,17 @@ class SessionModel:
                 if handle not in self.cache:
                     self.cache.encode([handle], {IMAGE: image[None]}, self.encoder)
 
-    def _host_features(self, request) -> dict:
-        """The features of the request's one handle as numpy arrays."""
+    def _row(self, request):
+        """The kept features (an entry of `cache`) of the request's one handle."""
         handle = text(required(request, HANDLE).reshape(-1)[0])
         try:
-            return self.cache.host(self.cache.get(handle))
+            return self.cache.get(handle)
         except KeyError:
             raise UnknownHandle(handle) from None
+
+    def _host_features(self, request) -> dict:
+        """The features of the request's one handle as numpy arrays."""
+        return self.cache.host(self._row(request))
 
     def _decode_inputs(self, request) -> tuple:
         """One request's rows (cached features, one per prompt set) and prompt tensors."""

@@ -1,6 +1,7 @@
 """The array computations the client and the session model must do alike: content and logits
 signatures (the keys each side names features and kept logits by), the crop of mask logits a
-masks-only decode answers and its undoing, and the best multimask candidate.
+masks-only decode answers and its undoing, the best multimask candidate, and the bilinear resize
+of instance-segmentation maps (done on whichever side the maps are smaller).
 
 One file for both sides: triton-sam imports it from here, and the export writes it next to the
 session model's `model.py`. numpy only.
@@ -54,3 +55,22 @@ def uncropped(crop: np.ndarray, box: np.ndarray, threshold: float, size: int) ->
     y0, x0, y1, x1 = (int(v) for v in np.reshape(box, (-1, 4))[0])
     logits[:, :, y0:y1, x0:x1] = crop
     return logits
+
+
+def bilinear_taps(n_out: int, n_in: int, start: int = 0, stop: "int | None" = None) -> tuple:
+    """For output samples `start:stop` of a bilinear resize of n_in samples to n_out: the two
+    source samples each reads and the second's weight (float64), as PyTorch's
+    `interpolate(mode="bilinear", align_corners=False)` (half-pixel centres, clamped at the edges)."""
+    stop = n_out if stop is None else stop
+    source = np.clip((np.arange(start, stop) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    first = np.floor(source).astype(np.int64)
+    return first, np.minimum(first + 1, n_in - 1), source - first
+
+
+def resized(maps: np.ndarray, out_hw: tuple) -> np.ndarray:
+    """`maps` [..., h, w] float32 resized bilinearly to [..., *out_hw] (`bilinear_taps`), rows
+    then columns: four samples an output pixel, never a dense matrix."""
+    (r0, r1, dy), (c0, c1, dx) = (bilinear_taps(int(n), m) for n, m in zip(out_hw, maps.shape[-2:]))
+    wy, wx = (np.stack([1 - d, d]).astype(np.float32) for d in (dy, dx))
+    rows = maps[..., r0, :] * wy[0][:, None] + maps[..., r1, :] * wy[1][:, None]
+    return rows[..., c0] * wx[0] + rows[..., c1] * wx[1]
