@@ -111,7 +111,8 @@ def official_fills_holes() -> bool:
 def official_volume_state(reference, volume: np.ndarray, contrast_limits=None) -> dict:
     """The official predictor's `init_state` for the planes of `volume` (Z x H x W), each made as
     `SAM2ImagePredictor` makes an image (our uint8 conversion, then its transforms), instead of
-    frames read from JPEG files (lossy)."""
+    frames read from JPEG files (lossy). Its warm-up encodes plane 0 and keeps its features, as
+    `init_state` does with real frames (not the placeholders it is given here)."""
     import tempfile
 
     import torch
@@ -120,15 +121,19 @@ def official_volume_state(reference, volume: np.ndarray, contrast_limits=None) -
 
     from triton_sam.image import to_uint8
 
-    with tempfile.TemporaryDirectory() as frames:
-        for i in range(len(volume)):  # init_state reads a folder of frames: tiny placeholders
-            Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(f"{frames}/{i:05d}.jpg")
-        state = reference.init_state(frames)
+    reference._get_image_feature = lambda *args, **kwargs: None  # no warm-up on a placeholder
+    try:
+        with tempfile.TemporaryDirectory() as frames:
+            for i in range(len(volume)):  # init_state reads a folder of frames: tiny placeholders
+                Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(f"{frames}/{i:05d}.jpg")
+            state = reference.init_state(frames)
+    finally:
+        del reference._get_image_feature  # the class's own again
     transforms = SAM2Transforms(resolution=reference.image_size, mask_threshold=0.0)
     planes = [np.repeat(to_uint8(plane, contrast_limits)[..., None], 3, axis=2) for plane in volume]
     state["images"] = torch.stack([transforms(plane) for plane in planes]).to(reference.device)
     state["video_height"], state["video_width"] = volume.shape[1:3]
-    state["cached_features"] = {}
+    reference._get_image_feature(state, frame_idx=0, batch_size=1)  # init_state's warm-up, on plane 0
     return state
 
 

@@ -294,16 +294,18 @@ def run(
     workdir: Path = Path(".bench"),
     objects: int = 1000,
     series_commits: int = 20,
+    planes: int = 3,
 ) -> dict:
-    """The figures of each backend (none: the long session alone), of a long session of `objects`
-    commits (0: none) and of `series_commits` saves of a series' large plane (0: none)."""
+    """The figures of each backend (none: the long session alone) on a stack of `planes` (up to 3),
+    of a long session of `objects` commits (0: none) and of `series_commits` saves of a series'
+    large plane (0: none)."""
     from . import long_session, series_gui
     from .fixtures import bench_image, exported_repository, mouse_trace
     from .wire import loopback_server
 
     repository = exported_repository(model_id, seed, workdir) if backends else None
     plane = bench_image(shape)
-    stack = np.stack([plane, plane[::-1], plane[:, ::-1]])
+    stack = np.stack([plane, plane[::-1], plane[:, ::-1]][:planes])
     trace = mouse_trace(shape, rate_hz, hover_s, seed)
     result = {"benchmark": "gui", "model": model_id, "image_shape": list(shape), "rate_hz": rate_hz, "hover_s": hover_s}
     for backend in backends:

@@ -37,9 +37,11 @@ def run(
     workdir: Path = Path(".bench"),
     device: str = "cpu",
     half: bool = False,
+    warm_up: bool = True,
 ) -> dict:
     """Time encode and one-point multimask decode for both implementations (ours with a float16
-    encoder backbone if `half`); on "cuda" the official one also under bfloat16 autocast."""
+    encoder backbone if `half`); on "cuda" the official one also under bfloat16 autocast. Without
+    `warm_up` (a smoke run: that it runs) the first calls, which load and tune, are timed too."""
     import torch
 
     repository = exported_repository(model_id, seed, workdir, half=half)
@@ -54,7 +56,7 @@ def run(
 
     times: dict[str, list[float]] = {f"{name}_{step}": [] for name in implementations for step in ("encode", "decode")}
     with torch.inference_mode():
-        for set_image, predict in implementations.values():  # warm-up, not timed
+        for set_image, predict in implementations.values() if warm_up else ():  # not timed
             set_image(image)
             predict(**point)
         for _ in range(encodes):

@@ -46,13 +46,14 @@ PROFILES: dict[str, dict[str, dict]] = {
         "microsam": {"repeats": {"encode": 2, "predict": 10}},
     },
     "smoke": {
-        "predictor": {"encodes": 1, "decodes": 2},
-        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1, "tiles": 1},
+        # No warm-up where a benchmark has one: a smoke run checks that it runs, not its figures.
+        "predictor": {"encodes": 1, "decodes": 2, "warm_up": False},
+        "triton": {"encodes": 1, "decodes": 2, "clients": (2,), "duration_s": 0.5, "lock_calls": 1, "tiles": 1, "warm_up": False},
         "hover": {"duration_s": 1.0, "yardstick": 1},
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0, "segment_all": ()},
-        "gui": {"hover_s": 1.0, "objects": 3, "series_commits": 2},
+        "gui": {"hover_s": 1.0, "objects": 3, "series_commits": 2, "planes": 2},  # encode all: one plane more
         # One row of tiles, the view narrower than a tile's own part: one tile to encode at Start and
         # one more after the pan (the encodes are its time; a 4096 x 4096 plane's view met three).
         "large": {"hover_s": 1.0, "backends": ("local",), "shape": (1024, 4096), "timed_tiles": 1, "window": (1000, 700)},

@@ -158,17 +158,18 @@ def _lock_held(url: str, spec: ModelSpec, calls: int) -> dict:
     return {"plane": list(LOCK_PLANE), **stats, "ratio": stats["ours"]["median_ms"] / stats["tritonclient"]["median_ms"]}
 
 
-def _tile_encodes(url: str, spec: ModelSpec, count: int) -> dict:
+def _tile_encodes(url: str, spec: ModelSpec, count: int, warm_up: bool) -> dict:
     """Milliseconds per tile for `count` new tiles of a large plane sent as `TiledPredictor` sends
     them: `encode_batch` to a request where the session model encodes them together, else one by
     one. After a warm-up of one such request, as large as the first one measured (a GPU builds its
-    kernels per batch size)."""
+    kernels per batch size), if `warm_up`."""
     engine = TritonEngine(spec, TritonConnection(url))
     try:
-        warm_up = min(engine.encode_batch, count)
-        tiles = _encoder_inputs(spec, (spec.input_size, spec.input_size), warm_up + count)
-        engine.encode_many(tiles[:warm_up])
-        seconds, _ = timed_call(engine.encode_many, tiles[warm_up:])
+        first = min(engine.encode_batch, count) if warm_up else 0
+        tiles = _encoder_inputs(spec, (spec.input_size, spec.input_size), first + count)
+        if first:
+            engine.encode_many(tiles[:first])
+        seconds, _ = timed_call(engine.encode_many, tiles[first:])
         return {"encode_batch": engine.encode_batch, "tiles": count, "per_tile_ms": 1000 * seconds / count}
     finally:
         engine.close()
@@ -206,7 +207,9 @@ def run(
     shape: tuple[int, int] = BENCH_SHAPE,
     seed: int = 0,
     workdir: Path = Path(".bench"),
+    warm_up: bool = True,
 ) -> dict:
+    """Without `warm_up` (a smoke run: that it runs) the first calls, which load and tune, are timed too."""
     spec = get_model(model_id)
     repository = exported_repository(model_id, seed, workdir)
     inputs = _encoder_inputs(spec, shape, encodes + 1)
@@ -216,8 +219,9 @@ def run(
     with loopback_server(repository, model_id, session_batching=True) as batching:
         proxy = CountingProxy(batching.grpc_url)
         remote = TritonEngine(spec, TritonConnection(proxy.url))
-        remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)  # warm-up, connection set-up
-        local.decode(local.encode(inputs[-1]), _hover_request(spec), False)
+        if warm_up:  # and connection set-up
+            remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)
+            local.decode(local.encode(inputs[-1]), _hover_request(spec), False)
         result.update(_latency(local, remote, proxy, spec, inputs[:encodes], decodes))
         remote.close()
         proxy.close()
@@ -225,11 +229,11 @@ def run(
         result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
         result["executions_by_batch_size"] = server_batch_sizes(batching.grpc_url, spec)
         result["lock_held"] = _lock_held(batching.grpc_url, spec, lock_calls)
-        tiles_batched = _tile_encodes(batching.grpc_url, spec, tiles)
+        tiles_batched = _tile_encodes(batching.grpc_url, spec, tiles, warm_up)
     local.close()
     with loopback_server(repository, model_id, session_batching=False) as plain:
         result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
-        tiles_alone = _tile_encodes(plain.grpc_url, spec, tiles)
+        tiles_alone = _tile_encodes(plain.grpc_url, spec, tiles, warm_up)
     ratio = tiles_batched["per_tile_ms"] / tiles_alone["per_tile_ms"]
     result["tile_encodes"] = {"batched": tiles_batched, "one_by_one": tiles_alone, "ratio": ratio}
     return result
