@@ -26,6 +26,13 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
    sigmoid(presence), kept above `confidence_threshold`; boxes to x0, y0, x1, y1 in image pixels;
    masks bilinearly resized to the image and thresholded at sigmoid 0.5. A new threshold re-filters
    the last detector outputs without running the detector again.
+
+Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
+`Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the
+reference must run with `pin_memory` made a no-op; `set_image` took 35 s for one image on 2 cores;
+the text transformer's positional embedding and projection are `torch.empty` at random init (filled
+by `export.sam3_concepts_onnx.fill_uninitialised`; look for others in the detector); boxes are
+pooled with torchvision's `roi_align` (ONNX RoiAlign, sampling ratio adaptive, aligned=False).
 """
 
 from .text import PhraseEncoder
