@@ -117,6 +117,14 @@ MAPS_REGION = "maps_region"  # int64
 IMAGE_HW = "image_hw"  # int64
 NO_INSTANCE_DECODER = "NO_INSTANCE_DECODER"
 
+# SAM3 concepts (`triton_sam.concepts`): the text encoder, run once per phrase, in CONCEPTS_DIR
+# next to the session model. TEXT_TOKENS: int64 [B, 32] CLIP BPE ids (0: padding) -> TEXT_FEATURES
+# float32 [B, 32, 256]; a token is padding for the detector where its id is 0.
+CONCEPTS_DIR = "concepts"
+TEXT_ENCODER_FILE = "text_encoder.onnx"
+TEXT_TOKENS = "text_tokens"
+TEXT_FEATURES = "text_features"
+
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
 
