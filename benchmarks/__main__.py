@@ -94,7 +94,8 @@ def _cmd_bench_microsam(args) -> None:
 
 
 def _cmd_bench_json(args) -> None:
-    """`click|annotators|memory|volume|automatic|instance|gui|large`: the benchmark with the options given, its result as JSON."""
+    """`click|annotators|memory|volume|automatic|instance|gui|series_gui|large`: the benchmark with the
+    options given, its result as JSON."""
     from importlib import import_module
 
     options = {name: value for name, value in vars(args).items() if name in _BENCH_OPTIONS and value is not None}
@@ -120,7 +121,7 @@ _BENCH_OPTIONS = (
     "hover_s",
     "backends",
     "objects",
-    "series_commits",
+    "commits",
     "seed",
     "workdir",
 )
@@ -201,11 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench_gui.add_argument(
         "--objects", type=int, default=1000, help="objects committed one after another on one plane (0: no long session)"
     )
-    bench_gui.add_argument("--series-commits", type=int, default=20, help="commits saved on a 4096 x 4096 series plane (0: none)")
     bench_gui.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_gui.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
     bench_gui.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the exported model is kept")
     bench_gui.set_defaults(func=_cmd_bench_json)
+    bench_series = kinds.add_parser(
+        "series_gui",
+        help="napari: GUI-thread stalls while commits on a 4096 x 4096 series plane are saved (needs a display; JSON)",
+    )
+    bench_series.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
+    bench_series.add_argument("--commits", type=int, default=20, help="objects committed and saved one after another")
+    bench_series.add_argument("--seed", type=int, default=0, help="seed of the objects' places and sizes")
+    bench_series.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the series is made (then removed)")
+    bench_series.set_defaults(func=_cmd_bench_json)
     bench_large = kinds.add_parser(
         "large", help="napari on a 20000x20000 uint16 plane: first preview, view encoded, stalls, memory (needs a display; JSON)"
     )

@@ -5,8 +5,8 @@ encoding of a 3-plane stack, with the worst event-loop stall; then a scripted 12
 sent as real Qt mouse-move events to the canvas, timing each event to its preview on screen (the
 first canvas frame swapped after the widget wrote the preview), with the worst stall meanwhile.
 Then the long session (`long_session`): objects committed one after another on one plane, hover
-and commit timed at the first and the last; and commits on a 4096 x 4096 series plane saved
-(`series_gui`), with the GUI thread's longest stall meanwhile. Needs a display (use `xvfb-run -a` on a headless machine).
+and commit timed at the first and the last (`series_gui`, a benchmark of its own, times a series'
+saves). Needs a display (use `xvfb-run -a` on a headless machine).
 """
 
 from __future__ import annotations
@@ -293,13 +293,11 @@ def run(
     backends: tuple[str, ...] = ("local", "triton"),
     workdir: Path = Path(".bench"),
     objects: int = 1000,
-    series_commits: int = 20,
     planes: int = 3,
 ) -> dict:
     """The figures of each backend (none: the long session alone) on a stack of `planes` (up to 3),
-    of a long session of `objects` commits (0: none) and of `series_commits` saves of a series'
-    large plane (0: none)."""
-    from . import long_session, series_gui
+    and of a long session of `objects` commits (0: none)."""
+    from . import long_session
     from .fixtures import bench_image, exported_repository, mouse_trace
     from .wire import loopback_server
 
@@ -317,6 +315,4 @@ def run(
             result[backend] = _backend_run(label, url, model_id, repository, stack, trace)
     if objects:
         result["long_session"] = long_session.run(objects, workdir)
-    if series_commits:
-        result["series_saves"] = series_gui.run(series_commits, workdir, seed)
     return result

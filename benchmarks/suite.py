@@ -40,6 +40,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
         "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
         "gui": {"hover_s": 20.0},
+        "series_gui": {"commits": 20},
         "large": {"hover_s": 10.0},
         "volume": {"planes": 20, "repeats": 2},
         "automatic": {"repeats": 2},
@@ -53,7 +54,8 @@ PROFILES: dict[str, dict[str, dict]] = {
         "click": {"clicks": 2},
         "annotators": {"counts": (1, 2), "duration_s": 1.0},
         "memory": {"client_counts": (1, 3), "server_counts": (1,), "soak_s": 4.0, "sample_s": 1.0, "segment_all": ()},
-        "gui": {"hover_s": 1.0, "objects": 3, "series_commits": 2, "planes": 2},  # encode all: one plane more
+        "gui": {"hover_s": 1.0, "objects": 3, "planes": 2},  # encode all: one plane more
+        "series_gui": {"commits": 2},
         # One row of tiles, the view narrower than a tile's own part: one tile to encode at Start and
         # one more after the pan (the encodes are its time; a 4096 x 4096 plane's view met three).
         "large": {"hover_s": 1.0, "backends": ("local",), "shape": (1024, 4096), "timed_tiles": 1, "window": (1000, 700)},
@@ -113,18 +115,20 @@ RUNNERS = {
     "annotators": "benchmarks.annotators",
     "memory": "benchmarks.memory",
     "gui": "benchmarks.gui",
+    "series_gui": "benchmarks.series_gui",
     "large": "benchmarks.large",
     "volume": "benchmarks.volume",
     "automatic": "benchmarks.automatic",
     "microsam": "benchmarks.microsam",
 }
+IN_NAPARI = ("gui", "series_gui", "large")  # benchmarks that need a display
 
 
 def run_in_child(name: str, options: dict, model_id: str, seed: int, workdir: Path, env: dict[str, str] | None = None) -> dict:
     """Run benchmark `name` in a child process (this module's `__main__`), with `env` added to its
     environment; its result, or why not."""
     command = [sys.executable, "-m", "benchmarks.suite", name, json.dumps(options), model_id, str(seed), str(workdir)]
-    if name in ("gui", "large") and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+    if name in IN_NAPARI and not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         if shutil.which("xvfb-run") is None:
             return {"skipped": "no display and no xvfb-run"}
         command = ["xvfb-run", "-a", *command]

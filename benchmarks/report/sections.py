@@ -5,7 +5,7 @@ micro-sam's models in `microsam`.
 
 from __future__ import annotations
 
-from .in_napari import gui, large
+from .in_napari import gui, large, series_gui
 from .microsam import microsam
 from .tables import markdown_table, ms, verdict
 
@@ -283,6 +283,7 @@ SECTIONS = {  # benchmark -> (title, its Markdown)
     "click": ("Click to committed mask", _click),
     "hover": ("Hover scheduling (Qt-free session vs a naive client)", _hover),
     "gui": ("In napari: mouse move to preview on screen", gui),
+    "series_gui": ("In napari: a series' commits saved on a 4096 x 4096 plane", series_gui),
     "large": ("A 20000 x 20000 plane in napari", large),
     "volume": ("Propagating through a stack", _volume),
     "automatic": ("Segment all (automatic mask generation)", _automatic),

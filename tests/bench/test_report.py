@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from benchmarks import report
+from benchmarks.report.tables import ms
 
 COMMITTED = Path(__file__).parents[2] / "docs" / "benchmarks" / "cpu" / "results.json"
 
@@ -101,3 +102,20 @@ def test_the_micro_sam_section_shows_every_model_and_plane_with_ours_next_to_mic
             encode, predict = (row.split(" | ") for row in rows)
             assert encode[4] == f"{measured['encode']['ratio']['local']:.2f}"
             assert predict[-1].rstrip(" |") == f"{measured['predict']['iou_vs_micro_sam']['triton']:.4f}"
+
+
+def test_the_series_saves_section_comes_from_the_committed_series_gui_run(tmp_path):
+    """`python -m benchmarks all --only series_gui` stored next to the full run: the report merges it
+    in and renders its figures and the 50 ms goal's verdict under a heading of its own."""
+    committed = json.loads(COMMITTED.read_text())
+    series = json.loads((COMMITTED.parent / "series_gui.json").read_text())
+    report.write(report.merge([committed, series]), tmp_path / "plots", tmp_path / "BENCHMARKS.md")
+    page = (tmp_path / "BENCHMARKS.md").read_text()
+    section = page.split("## In napari: a series' commits saved on a 4096 x 4096 plane\n\n")[1].split("\n## ")[0]
+
+    s = series["results"]["series_gui"]
+    assert section.startswith(f"A series' commits saved: {s['commits']} objects")
+    verdict = "met" if s["max_stall_ms"] <= 50 else "**missed**"
+    assert f"The GUI thread's longest stall meanwhile: {ms(s['max_stall_ms'])} ms (goal <= 50 ms: {verdict})" in section
+    seconds = next(line for line in page.splitlines() if "seconds per benchmark" in line)
+    assert f"series_gui {series['seconds']['series_gui']:.0f}" in seconds

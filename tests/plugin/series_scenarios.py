@@ -70,7 +70,8 @@ def wait(widget, condition) -> None:
         wait_until(condition)
     except TimeoutError:
         encoding = widget.encoding
-        print("status:", widget.form.status.label.text(), "| plane:", encoding.index, encoding.session.plane, flush=True)
+        plane = encoding.session.plane if encoding.session is not None else "no session"
+        print("status:", widget.form.status.label.text(), "| plane:", encoding.index, plane, flush=True)
         raise
 
 

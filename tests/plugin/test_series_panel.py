@@ -78,8 +78,8 @@ def test_a_folder_without_images_or_with_an_unreadable_image_says_why_and_change
 
 def test_saving_a_commit_on_a_4096_plane_happens_off_the_gui_thread(viewer, qtbot, tmp_path):
     """A commit on a 4096 x 4096 plane (labels in zarr, fsync'd), with the layer's changes after it, is
-    saved on worker threads while the GUI thread's event loop runs. The loop's longest wait is printed
-    (36 ms on the 2-core machine; the issue's bound is 50 ms): a figure, not asserted, as timings are not."""
+    saved on worker threads while the GUI thread's event loop runs. The loop's longest wait is printed, not
+    asserted (timings are not); `python -m benchmarks series_gui` measures it against the issue's 50 ms."""
     tifffile.imwrite(tmp_path / "large.tif", np.zeros((4096, 4096), np.uint8))
     series = AnnotationSeries.open(tmp_path)
     saved_on = []
@@ -205,3 +205,37 @@ def test_segment_all_on_a_series_image_adds_its_objects_to_the_saved_labels(qtbo
     assert np.array_equal(on_disk == 1, committed)  # the object committed before is untouched
     assert widget.session.next_object_id == on_disk.max() + 1
     widget.close_session()
+
+
+def test_segment_all_on_every_plane_of_a_series_stack_adds_its_objects_to_the_saved_labels(
+    qtbot, viewer, synthetic_repository, tmp_path
+):
+    """Segment all with "All planes" on a series' stack, as on a plane: every plane's objects go into the
+    stack's objects layer (no layer of their own), saved at once, read back from disk and shown in a new
+    panel that reopens the series at the stack."""
+    widget = _open_series(viewer, tmp_path / "images", "Local", repository=synthetic_repository)
+    panel = widget.series
+    for index in range(1, STACK + 1):
+        wait(widget, lambda index=index: showing(widget, index - 1))
+        QTest.mouseClick(panel.buttons["next"], LEFT)
+    wait(widget, lambda: showing(widget, STACK))
+    open_section(widget, "segment_all")
+    assert widget.form.all_planes_check.isChecked() and widget.form.all_planes_check.isEnabled()
+    widget.form.points_per_side_spin.setValue(8)
+    QTest.mouseClick(widget.form.segment_all_button, LEFT)
+    wait(widget, lambda: "on 3 of 3 planes added to" in widget.form.status.label.text() and saved(panel))
+    objects = layers.existing_objects_layer(viewer, panel.image)
+    assert [layer.name for layer in viewer.layers if layer.name.endswith(automatic.AUTOMATIC_SUFFIX)] == []
+    on_disk = AnnotationSeries.open(tmp_path / "images").labels(STACK)
+    assert on_disk.shape == (3, 120, 160) and np.array_equal(on_disk, objects.data)
+    assert all(np.count_nonzero(plane) > 100 for plane in on_disk)  # each plane's objects, not one plane's
+    assert widget.session.next_object_id == on_disk.max() + 1
+    widget.close_session()
+    viewer.layers.clear()
+
+    again = TritonSamWidget(viewer)
+    again.form.repository_field.setText(str(synthetic_repository))  # (the tests' environment names another)
+    again.series.open(tmp_path / "images")
+    wait(again, lambda: showing(again, STACK))
+    assert np.array_equal(layers.existing_objects_layer(viewer, again.series.image).data, on_disk)
+    again.close_session()

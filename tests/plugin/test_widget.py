@@ -761,6 +761,9 @@ def test_auto_keeps_previewing_on_the_local_engine_when_the_server_dies_mid_hove
 def test_a_stalled_server_times_out_with_a_clear_status_while_napari_stays_responsive(
     qtbot, viewer, synthetic_repository, monkeypatch
 ):
+    """The server stalls: the click is kept, the status says so, the event loop runs; it answers again:
+    the object is previewed and committed. Then it is killed (issue #40: a kept click and the commit key
+    said "Nothing to commit"): the commit is refused with the reason, the click and the next id kept."""
     monkeypatch.setenv("TRITON_SAM_TIMEOUT_S", "2")
     server = start_server(synthetic_repository)
     try:
@@ -792,6 +795,21 @@ def test_a_stalled_server_times_out_with_a_clear_status_while_napari_stays_respo
         qtbot.waitUntil(lambda: preview.data[150, 300] == 1 and not preview.data[80, 80], timeout=30000)
         qtbot.waitUntil(lambda: widget.form.status.label.text().startswith("Ready"), timeout=5000)  # the error went
         assert widget.form.status.engine_label.text().startswith("Engine: Triton at")
+        canvas, said = _canvas(viewer).native, widget.form.status.label.text
+        qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+        qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+        objects = viewer.layers[layers.objects_name(image)]
+        qtbot.waitUntil(lambda: objects.data[150, 300] == 1, timeout=10000)
+
+        os.killpg(server.pid, signal.SIGKILL)  # the server dies, with its model processes
+        click(viewer, world(image, 80, 80))
+        qtbot.waitUntil(lambda: "not answering" in said(), timeout=30000)
+        widget.form.set_status("(the commit's answer comes here)")
+        qtbot.keyClick(canvas, Qt.Key.Key_C, Qt.KeyboardModifier.ShiftModifier)
+        qtbot.waitUntil(lambda: not said().startswith("(the commit's answer"), timeout=30000)
+        assert "server answering" in said() and "prompts are kept" in said() and "Nothing to commit" not in said()
+        np.testing.assert_allclose(widget.session.object.points, [(80, 80)], atol=1)
+        assert widget.session.next_object_id == 2 and not objects.data[80, 80]
         widget.close_session()
     finally:
         if server.is_running():

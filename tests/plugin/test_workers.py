@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import itertools
 import threading
+import warnings
 import weakref
 
 import pytest
@@ -111,3 +112,19 @@ def test_every_slot_connected_before_start_is_called(qtbot, viewer):
             worker.finished.connect(lambda number=number, called=called: called.append(number))
         worker.start()
         qtbot.waitUntil(lambda called=called: len(called) == 100, timeout=5000)
+
+
+def test_overlapping_workers_leave_the_warnings_module_as_it_was(qtbot, qapp):
+    """superqt swaps `warnings.showwarning` while a worker runs (not thread-safe): A starts, B starts,
+    A ends, B ends put A's function back, and a later warning went to A's deleted Qt object (#40: the
+    long session's segfault at exit). Once both ended, the function in place before is back."""
+    before = warnings.showwarning
+    b_started, a_finished = threading.Event(), threading.Event()
+    first = make_worker(lambda: b_started.wait(5))
+    second = make_worker(lambda: b_started.set() or a_finished.wait(5))
+    first.finished.connect(a_finished.set)
+    with qtbot.waitSignal(second.finished, timeout=10000):
+        first.start()
+        second.start()
+    assert a_finished.is_set()
+    qtbot.waitUntil(lambda: warnings.showwarning is before, timeout=5000)

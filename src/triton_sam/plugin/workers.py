@@ -4,13 +4,15 @@ napari's `create_worker` registers each worker with the viewer's window for the 
 (its task list), and a worker holds its function and arguments: an engine, a plane, a session. A
 closed panel's engine (gigabytes of ONNX Runtime sessions) lived as long as napari. The workers
 made here hold their function and arguments only until the work ends, and the slots connected to
-their signals (closures over a session, a layer) only until those signals have been handled.
+their signals (closures over a session, a layer) only until those signals have been handled. They
+also put back the warnings module's `showwarning` that overlapping workers can leave behind (`_Warnings`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -60,11 +62,42 @@ def make_worker(func: Callable, *args, progress: dict | None = None, **kwargs):
         # Connected last (the caller connects before `start`), so that it is queued after every
         # other slot of `finished`: the worker thread queues them one by one while the GUI thread
         # may already run the first ones, and a slot disconnected before it is queued never runs.
+        _WARNINGS.started()
+        made.finished.connect(_WARNINGS.ended)
         made.finished.connect(lambda: QTimer.singleShot(0, partial(_disconnect_all, made.signals)))
         start()
 
     made.start = start_then_let_go
     return made
+
+
+class _Warnings:
+    """superqt runs each worker inside `warnings.catch_warnings()`, which swaps the module's
+    `showwarning` for a function that emits the worker's `warned` signal and puts back what it found
+    on exit. Not thread-safe: when A starts, then B, then A ends, then B, B puts back A's function.
+    Every warning after that (from any thread, at exit too) went to a finished worker whose Qt object
+    may be gone: "wrapped C/C++ object ... has been deleted" raised where the warning was, or a
+    segfault at exit (the long-session benchmark's, #40). Once none of these workers runs (their
+    `finished` comes after their `catch_warnings` ended), what was there before the first is put back."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.kept = warnings.showwarning
+
+    def started(self) -> None:
+        """A worker is about to start (on the GUI thread)."""
+        if not self.running:
+            self.kept = warnings.showwarning
+        self.running += 1
+
+    def ended(self) -> None:
+        """A worker's `finished` was handled (on the GUI thread)."""
+        self.running -= 1
+        if not self.running:
+            warnings.showwarning = self.kept
+
+
+_WARNINGS = _Warnings()
 
 
 def _disconnect_all(signals: QObject) -> None:
