@@ -205,7 +205,7 @@ class AutomaticSegmentation:
             return
         region, crops = prepared
         y0, x0, y1, x1 = region
-        plane = layers.plane_data(image, index)  # read only where the generator crops it
+        plane = layers.plane_data(image, index)  # read only where the method's crops are
         contrast = layers.encoding_contrast(image)
         bar = progress(total=method.steps(plane.shape[:2], crops), desc="triton-sam: segment all")
         cancel, over = CancelToken(), []
