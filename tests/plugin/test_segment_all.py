@@ -46,6 +46,9 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     viewer.reset_view()
     widget = start(qtbot, viewer, repository=synthetic_repository)
     open_section(widget, "segment_all")
+    modes = widget.form.segment_all_modes  # SAM2.1 has no instance decoder: the point grid alone, no chooser
+    assert not modes.mode_box.isVisibleTo(widget) and not modes.decoder_fields.isVisibleTo(widget)
+    assert widget.form.points_per_side_spin.isVisibleTo(widget) and widget.form.segment_all_mode() == "grid"
     widget.form.points_per_side_spin.setValue(12)
     widget.form.all_planes_check.setChecked(False)  # the plane on screen only
     qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)

@@ -2,16 +2,17 @@
 every plane of a stack, into a new Labels layer, from the panel's engine and its cache of encoded
 planes.
 
-The generator runs in a napari thread worker with a napari progress bar over its decoder
-batches; stopping cancels between batches (and the running call). One plane's layer is made only
-when the run has finished, so a stopped run leaves nothing behind, and the objects layer is never
-touched. The new layer covers just the region segmented, placed on its plane. A large plane is
-segmented where the view is, tile by tile at native resolution. On a stack, "All planes" segments
-every plane (the same region of each) into one layer of the stack's shape, made with the first
-objects found: planes are written as they finish, ids go on from plane to plane, and a stopped
-run keeps the planes done (one undo step while napari's history of them stays small; see
-`StackLabels`). `AutomaticSegmentation.toggle` is the Segment all button: it reads the panel's
-choices and says why a run cannot start.
+How the objects of a region are found is the run's `Method` (`automatic_methods`): prompts on
+a grid of points, or a micro-sam model's instance decoder. It runs in a napari thread worker with
+a napari progress bar over its steps (decoder batches; tiles); stopping cancels between steps
+(and the running call). One plane's layer is made only when the run has finished, so a stopped
+run leaves nothing behind, and the objects layer is never touched. The new layer covers just the
+region segmented, placed on its plane. A large plane is segmented where the view is, tile by tile
+at native resolution. On a stack, "All planes" segments every plane (the same region of each)
+into one layer of the stack's shape, made with the first objects found: planes are written as
+they finish, ids go on from plane to plane, and a stopped run keeps the planes done (one undo
+step while napari's history of them stays small; see `StackLabels`). `AutomaticSegmentation.toggle`
+is the Segment all button: it reads the panel's choices and says why a run cannot start.
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ from napari.layers import Image, Labels
 from napari.utils import progress
 from superqt.utils import ensure_main_thread
 
-from ..automatic import AutomaticMaskGenerator, label_image
 from ..engines import CancelToken, Engine
-from ..errors import DecodeCancelled
+from ..errors import DecodeCancelled, InvalidInputError
 from ..features import FeatureCache
 from ..tiles import Tile, tile_grid, view_order
 from . import layers
+from .automatic_decoder import InstanceDecoder
+from .automatic_methods import Crop, Method, PointGrid, Region
 from .encoding import MAX_VIEW_TILES, NOT_READY, PlaneEncoding
 from .form import SettingsForm
+from .segment_all_modes import DECODER
 from .workers import make_worker
 
 AUTOMATIC_SUFFIX = " [triton-sam automatic]"
@@ -41,7 +44,6 @@ AUTOMATIC_KEY = "triton_sam_automatic"  # in the layer's metadata: image, plane(
 PLANE, VIEW = "plane", "view"
 MAX_STACK_LAYER_BYTES = 2 * 2**30  # the labels layer of a stack's Segment all (uint32) at most
 UNDO_HISTORY_BYTES = 256 * 2**20  # napari's undo history of a stack run's writes at most: beyond, it is let go
-Region = tuple[int, int, int, int]  # rows y0:y1, columns x0:x1 of the plane
 
 
 def region_of(image: Image, where: str) -> Region:
@@ -51,15 +53,6 @@ def region_of(image: Image, where: str) -> Region:
         return 0, 0, height, width
     y0, x0, y1, x1 = layers.visible_region(image)
     return max(y0, 0), max(x0, 0), min(y1, height), min(x1, width)
-
-
-def nothing_found(options: dict) -> str:
-    """What to change when Segment all kept no mask (no layer is added for none)."""
-    return (
-        "Segment all found no object, so no layer was added: lower 'Predicted IoU >' (now "
-        f"{options['pred_iou_thresh']}) or 'Stability >=' (now {options['stability_score_thresh']}), "
-        "or raise 'Points per side' to prompt smaller objects, and run it again."
-    )
 
 
 def stack_shape(image: Image) -> tuple[int, ...]:
@@ -169,16 +162,23 @@ class AutomaticSegmentation:
                 )
                 return
         session, image = encoding.session, encoding.image
+        method = self._method(session.engine, session.cache)
         if image.ndim > 2 and form.segments_all_planes():
-            self.start_stack(image, where, session.engine, session.cache, form.automatic_options(), tiles)
+            self.start_stack(image, where, method, tiles)
         else:
-            self.start(image, encoding.index, where, session.engine, session.cache, form.automatic_options(), tiles)
+            self.start(image, encoding.index, where, method, tiles)
         if self.running:
             form.segment_all_button.setText("Stop segmenting")
 
-    def _prepare(self, image: Image, where: str, engine: Engine, cache: FeatureCache, options: dict, tiles):
-        """The region to segment, the generator's crops of it and the generator; None when the
-        region is empty (the status says so)."""
+    def _method(self, engine: Engine, cache: FeatureCache) -> Method:
+        """The method the form chooses, with its parameters."""
+        if self._form.segment_all_mode() == DECODER:
+            return InstanceDecoder(engine, cache, self._form.decoder_settings())
+        return PointGrid(engine, cache, self._form.automatic_options())
+
+    def _prepare(self, image: Image, where: str, tiles: list[Tile] | None) -> tuple[Region, list[Crop]] | None:
+        """The region to segment and its crops (each encoded on its own: the region, or the
+        tiles); None when the region is empty (the status says so)."""
         if tiles:
             region = min(t.y0 for t in tiles), min(t.x0 for t in tiles), max(t.y1 for t in tiles), max(t.x1 for t in tiles)
         else:
@@ -188,49 +188,45 @@ class AutomaticSegmentation:
             self._set_status("The view does not show the image: pan to it, or segment the whole plane.")
             return None
         crops = [(t.x0, t.y0, t.x1, t.y1) for t in tiles] if tiles else [(x0, y0, x1, y1)]
-        generator = AutomaticMaskGenerator(engine.spec.model_id, engine=engine, cache=cache, **options)
-        return region, crops, generator
+        return region, crops
 
     def start(
         self,
         image: Image,
         index: tuple[int, ...],
         where: str,
-        engine: Engine,
-        cache: FeatureCache,
-        options: dict,
+        method: Method,
         tiles: list[Tile] | None = None,
     ) -> None:
-        """Segment everything in `where` (PLANE or VIEW) of plane `index` of `image`; a large plane's
-        `tiles` (those in view) are prompted each at native resolution, with their cached features."""
-        prepared = self._prepare(image, where, engine, cache, options, tiles)
+        """Segment everything in `where` (PLANE or VIEW) of plane `index` of `image` by `method`; a
+        large plane's `tiles` (those in view) are each encoded at native resolution (cached features)."""
+        prepared = self._prepare(image, where, tiles)
         if prepared is None:
             return
-        region, crops, generator = prepared
+        region, crops = prepared
         y0, x0, y1, x1 = region
-        plane = layers.plane_data(image, index)  # read only where the generator crops it
+        plane = layers.plane_data(image, index)  # read only where the method's crops are
         contrast = layers.encoding_contrast(image)
-        bar = progress(total=generator.batches(plane.shape[:2], crops), desc="triton-sam: segment all")
+        bar = progress(total=method.steps(plane.shape[:2], crops), desc="triton-sam: segment all")
         cancel, over = CancelToken(), []
 
         @ensure_main_thread
         def advance(done: int, total: int) -> None:
             if over or cancel.cancelled:
                 return  # news that arrives after the run's end (or stop) must not replace what it said
-            self._set_status(f"Segment all: {done} of {total} batches of points decoded.")
+            self._set_status(method.progress(done, total))
             bar.update(done - bar.n)  # last: napari's progress bar may handle pending events (the run's end) here
 
         def run() -> np.ndarray:
-            found = generator.find(plane, contrast, advance, cancel, crops)
-            return label_image(found, (y1 - y0, x1 - x0), origin=(x0, y0))
+            return method.labels(plane, contrast, advance, cancel, crops, region)
 
         def returned(labels: np.ndarray) -> None:
             over.append(True)
             count = int(labels.max())
             if count == 0:
-                self._set_status(nothing_found(options))
+                self._set_status(method.nothing_found())
                 return
-            record = _record(image, engine, options, region, crops if tiles else [], plane=list(index))
+            record = _record(image, method, region, crops if tiles else [], plane=list(index))
             into = self._objects_of(image)
             if into is not None:
                 count = self._add(into, index, labels, (y0, x0), record)
@@ -246,7 +242,7 @@ class AutomaticSegmentation:
                 why = f" ({self._stopped_because})" if self._stopped_because else ""
                 self._set_status(f"Segment all stopped{why}: nothing was written.")
             else:
-                self._warn(f"Error in Segment all: {error}")
+                self._warn(f"Error in Segment all: {error}{_hint(method, error)}")
 
         worker = make_worker(run)
         worker.returned.connect(returned)
@@ -256,16 +252,14 @@ class AutomaticSegmentation:
         self._set_status(f"Segment all: {where} of {y1 - y0} x {x1 - x0} px ...")
         worker.start()
 
-    def start_stack(
-        self, image: Image, where: str, engine: Engine, cache: FeatureCache, options: dict, tiles: list[Tile] | None = None
-    ) -> None:
+    def start_stack(self, image: Image, where: str, method: Method, tiles: list[Tile] | None = None) -> None:
         """Segment everything in `where` (PLANE or VIEW; of large planes the `tiles` in view) on
-        every plane of `image`, in the stack's order, into one layer (`StackLabels`) of the stack's
-        shape over that region; each plane is written as it is done."""
-        prepared = self._prepare(image, where, engine, cache, options, tiles)
+        every plane of `image` by `method`, in the stack's order, into one layer (`StackLabels`) of
+        the stack's shape over that region; each plane is written as it is done."""
+        prepared = self._prepare(image, where, tiles)
         if prepared is None:
             return
-        region, crops, generator = prepared
+        region, crops = prepared
         y0, x0, y1, x1 = region
         shape = (*stack_shape(image), y1 - y0, x1 - x0)
         if 4 * int(np.prod(shape)) > MAX_STACK_LAYER_BYTES:
@@ -277,10 +271,10 @@ class AutomaticSegmentation:
             return
         planes = list(np.ndindex(*shape[:-2]))
         contrast = layers.encoding_contrast(image)
-        per_plane = generator.batches(layers.plane_shape(image), crops)
+        per_plane = method.steps(layers.plane_shape(image), crops)
         bar = progress(total=per_plane * len(planes), desc="triton-sam: segment all planes")
         cancel, over, failures = CancelToken(), [], []
-        record = _record(image, engine, options, region, crops if tiles else [], planes=[])
+        record = _record(image, method, region, crops if tiles else [], planes=[])
         written = StackLabels(self._viewer, image, shape, region, record)
 
         def say_progress(number: int) -> None:
@@ -297,11 +291,12 @@ class AutomaticSegmentation:
             for number, index in enumerate(planes, 1):
                 if cancel.cancelled:
                     return
-                try:  # only the region's crops of the plane are read
-                    found = generator.find(layers.plane_data(image, index), contrast, partial(advance, number), cancel, crops)
+                plane = layers.plane_data(image, index)  # read only where the method's crops are
+                try:
+                    labels = method.labels(plane, contrast, partial(advance, number), cancel, crops, region)
                 except DecodeCancelled:
                     return
-                yield index, label_image(found, shape[-2:], origin=(x0, y0))
+                yield index, labels
 
         into = self._objects_of(image)
 
@@ -319,12 +314,13 @@ class AutomaticSegmentation:
 
         def failed(error: Exception) -> None:
             failures.append(error)
-            self._warn(f"Error in Segment all on plane {len(written.planes_done) + 1} of {len(planes)}: {error}")
+            on_plane = f"on plane {len(written.planes_done) + 1} of {len(planes)}"
+            self._warn(f"Error in Segment all {on_plane}: {error}{_hint(method, error)}")
 
         def finished() -> None:
             written.close()
             if not failures:
-                self._set_status(self._stack_outcome(written, len(planes), options, cancel.cancelled, into is not None))
+                self._set_status(self._stack_outcome(written, len(planes), method, cancel.cancelled, into is not None))
 
         worker = make_worker(run)
         worker.yielded.connect(write)
@@ -343,12 +339,12 @@ class AutomaticSegmentation:
             session.next_object_id = max(session.next_object_id, int(np.max(into.data)) + 1)
         return count
 
-    def _stack_outcome(self, written: StackLabels, planes: int, options: dict, stopped: bool, added: bool = False) -> str:
+    def _stack_outcome(self, written: StackLabels, planes: int, method: Method, stopped: bool, added: bool = False) -> str:
         """What a stack's run ended with, for the status (`added`: to the objects layer)."""
         done = len(written.planes_done)
         why = f" ({self._stopped_because})" if self._stopped_because else ""
         if written.layer is None and not stopped:
-            return nothing_found(options)
+            return method.nothing_found()
         if written.layer is None:
             return f"Segment all stopped{why} after {done} of {planes} planes: no object found in them, so no layer was added."
         if added:
@@ -373,13 +369,19 @@ class AutomaticSegmentation:
             self._cancel.cancel()
 
 
-def _record(image: Image, engine: Engine, options: dict, region: Region, crops: list, **where) -> dict:
-    """How a Segment all layer was made (its metadata): image, plane (or planes done), region, model, parameters."""
+def _record(image: Image, method: Method, region: Region, crops: list, **where) -> dict:
+    """How a Segment all layer was made (its metadata): image, plane (or planes done), region, model, method, parameters."""
     return {
         "image": image.name,
         **where,
         "region": list(region),
         "tiles": len(crops),
-        "model": engine.spec.model_id,
-        "parameters": options,
+        "model": method.model,
+        "method": method.name,
+        "parameters": method.parameters,
     }
+
+
+def _hint(method: Method, error: Exception) -> str:
+    """The way out `method` gives after `error` (an InvalidInputError: e.g. no decoder where it runs)."""
+    return method.failure_hint if isinstance(error, InvalidInputError) else ""

@@ -31,12 +31,15 @@ from qtpy.QtWidgets import (
 
 from ..engines import TritonConnection
 from ..engines.connection import ENV_API_KEY, ENV_URL, default_url
+from ..instance import WatershedSettings
 from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
 from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
+from .fields import form_rows, spin
 from .keys import CUSTOM, DEFAULT, ENV_KEYS, PRESETS, help_line
 from .sections import Section
+from .segment_all_modes import SegmentAllModes
 from .status import StatusArea
 
 BACKENDS = {"Auto": "auto", "Triton": "triton", "Local": "local"}
@@ -142,8 +145,9 @@ class SettingsForm(QWidget):
         )
         self.segment_all_button = QPushButton("Segment all")
         self.segment_all_button.setToolTip(
-            "Find every object on the plane on screen (or in the view) from a grid of point prompts, "
-            "into a new labels layer (on a series image: into its objects layer, saved). Press again to stop."
+            "Find every object on the plane on screen (or in the view), with a micro-sam model's decoder or "
+            "from a grid of point prompts, into a new labels layer (on a series image: into its objects layer, "
+            "saved). Press again to stop."
         )
         self.region_box = QComboBox()
         self.region_box.addItems(list(REGIONS))
@@ -153,10 +157,10 @@ class SettingsForm(QWidget):
             "On a stack: segment every plane (the same region of each) into one labels layer of the "
             "stack's shape, planes filling in as they are done; off: the plane on screen only"
         )
-        self.points_per_side_spin = _spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
-        self.pred_iou_spin = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
-        self.stability_spin = _spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
-        self.min_area_spin = _spin(
+        self.points_per_side_spin = spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
+        self.pred_iou_spin = spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
+        self.stability_spin = spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
+        self.min_area_spin = spin(
             QSpinBox(),
             0,
             1_000_000,
@@ -202,7 +206,7 @@ class SettingsForm(QWidget):
         self.keys_label.setWordWrap(True)
         fields = QWidget()
         layout = QVBoxLayout(fields)
-        layout.addLayout(_form(("Backend", self.backend_box), ("Model", self.model_box), ("Image layer", self.image_box)))
+        layout.addLayout(form_rows(("Backend", self.backend_box), ("Model", self.model_box), ("Image layer", self.image_box)))
         layout.addWidget(self.start_button)
         self.sections: dict[str, Section] = {}  # by key: "settings", "stacks", "segment_all", "series"
         self._sections = QVBoxLayout()
@@ -229,7 +233,7 @@ class SettingsForm(QWidget):
 
     def _settings_box(self) -> QWidget:
         box = QWidget()
-        rows = _form(
+        rows = form_rows(
             ("Triton URL", self.url_field),
             ("API key", self.api_key_field),
             ("", self.tls_check),
@@ -265,13 +269,19 @@ class SettingsForm(QWidget):
         run.addWidget(self.region_box)
         run.addWidget(self.all_planes_check)
         rows.addRow(run)
-        for label, field in (
+        grid_fields = QWidget()
+        grid_rows = form_rows(
             ("Points per side", self.points_per_side_spin),
             ("Predicted IoU >", self.pred_iou_spin),
             ("Stability >=", self.stability_spin),
             ("Min. region (px)", self.min_area_spin),
-        ):
-            rows.addRow(label, field)
+        )
+        grid_rows.setContentsMargins(0, 0, 0, 0)
+        grid_fields.setLayout(grid_rows)
+        self.segment_all_modes = SegmentAllModes(self._settings, grid_fields)  # the decoder's fields or the grid's
+        self.segment_all_modes.show_for(self.model_box.currentText())
+        self.model_box.currentTextChanged.connect(self.segment_all_modes.show_for)
+        rows.addRow(self.segment_all_modes)
         return box
 
     # --- what the form says ---------------------------------------------------------------------
@@ -299,6 +309,14 @@ class SettingsForm(QWidget):
     def segments_all_planes(self) -> bool:
         """Whether Segment all on a stack segments every plane (else the plane on screen)."""
         return self.all_planes_check.isChecked()
+
+    def segment_all_mode(self) -> str:
+        """ "decoder" (a micro-sam model's instance decoder) or "grid" (point prompts): how Segment all finds objects."""
+        return self.segment_all_modes.chosen()
+
+    def decoder_settings(self) -> WatershedSettings:
+        """The decoder mode's watershed settings the form sets."""
+        return self.segment_all_modes.decoder_settings()
 
     def automatic_options(self) -> dict:
         """The generator's parameters the form sets (the rest keep the official defaults)."""
@@ -369,14 +387,6 @@ class SettingsForm(QWidget):
             self._settings.setValue("custom_keys", self.custom_keys_field.text())
 
 
-def _form(*rows: tuple[str, QWidget]) -> QFormLayout:
-    """A form of (label, field) rows."""
-    form = QFormLayout()
-    for label, field in rows:
-        form.addRow(label, field)
-    return form
-
-
 def _row(field: QWidget, button: QPushButton) -> QWidget:
     """`field` with `button` at its right."""
     row = QWidget()
@@ -385,14 +395,3 @@ def _row(field: QWidget, button: QPushButton) -> QWidget:
     layout.addWidget(field, 1)
     layout.addWidget(button)
     return row
-
-
-def _spin(field, low, high, value, tip: str):
-    """`field` (a QSpinBox or QDoubleSpinBox) with its range, value and tooltip set."""
-    field.setRange(low, high)
-    if isinstance(field, QDoubleSpinBox):
-        field.setDecimals(2)
-        field.setSingleStep(0.05)
-    field.setValue(value)
-    field.setToolTip(tip)
-    return field

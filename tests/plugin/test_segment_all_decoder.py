@@ -1,0 +1,167 @@
+"""Segment all with a micro-sam model's instance-segmentation decoder ("Decoder (AIS)") in a real
+napari viewer, clicked with real Qt events, on vit_b_lm with random weights (`vit_b_lm_export`,
+exported through the CLI with its decoder): the layer holds what `InstanceSegmenter` gives for the
+same plane and settings, on the plane on screen and on every plane of a stack, from the planes the
+panel encoded (none encoded twice); a stopped run writes nothing on one plane and keeps the planes
+done on a stack; an engine without the decoder (Triton's, until it runs it) says so and changes
+nothing. (SAM2.1's panel shows no decoder mode: tests/plugin/test_segment_all.py.)
+
+Random weights give nearly flat maps (values 0.3 to 0.75, medians near 0.51, 0.54 and 0.50 for the
+center distances, boundary distances and foreground of these blob planes): thresholds at about
+those medians (`MANY_OBJECTS`, as tests/instance/test_instance_parity.py takes its thresholds from
+the maps' medians) cut each plane into dozens of objects.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+napari = pytest.importorskip("napari")
+from process_scenarios import open_section  # noqa: E402
+from qtpy.QtCore import QSettings, Qt  # noqa: E402
+from test_widget import start  # noqa: E402
+
+from triton_sam.engines import Engine  # noqa: E402
+from triton_sam.instance import InstanceSegmenter  # noqa: E402
+from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin.automatic import AUTOMATIC_KEY  # noqa: E402
+from triton_sam.plugin.form import SettingsForm  # noqa: E402
+from triton_sam.plugin.segment_all_modes import DECODER, POINT_GRID  # noqa: E402
+from triton_sam.predictor import Predictor  # noqa: E402
+
+H, W = 96, 128
+MANY_OBJECTS = {
+    "center_distance_threshold": 0.51,
+    "boundary_distance_threshold": 0.54,
+    "foreground_threshold": 0.5,
+    "min_size": 5,
+}
+BACKENDS = ["Local"]  # "Triton" joins once the Triton engine runs the decoder (a server of vit_b_lm_export's repository)
+
+
+def blobs(seed: int) -> np.ndarray:
+    """A uint8 plane of blurred blobs."""
+    smooth = ndimage.gaussian_filter(np.random.default_rng(seed).random((H, W)), 4)
+    return (255 * (smooth - smooth.min()) / np.ptp(smooth)).astype(np.uint8)
+
+
+def _automatic_layers(viewer) -> list:
+    return [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata]
+
+
+def start_vit_b_lm(qtbot, viewer, backend: str, repository, monkeypatch):
+    """The panel started on vit_b_lm, its features kept in memory only (hermetic: none read from
+    an earlier run's disk cache), the Segment all section unfolded."""
+    monkeypatch.setenv("TRITON_SAM_MODEL", "vit_b_lm")
+    QSettings("triton-sam", "triton-sam").setValue("disk_cache", "false")
+    widget = start(qtbot, viewer, backend, repository=repository)
+    assert widget.session.spec.model_id == "vit_b_lm"
+    open_section(widget, "segment_all")
+    return widget
+
+
+def choose_many_objects(widget) -> None:
+    """Type `MANY_OBJECTS` into the decoder's fields."""
+    for name, value in MANY_OBJECTS.items():
+        widget.form.segment_all_modes.decoder_spins[name].setValue(value)
+
+
+def segment_all(qtbot, widget) -> None:
+    """Click Segment all and wait for the run's end."""
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=120000)
+
+
+def instance_segmenter_labels(widget, image, index: int) -> np.ndarray:
+    """What `InstanceSegmenter` gives for plane `index` with `MANY_OBJECTS`, on the panel's engine and cache."""
+    segmenter = InstanceSegmenter(Predictor("vit_b_lm", engine=widget.session.engine), widget.session.cache)
+    segmenter.initialize(image.data[index], layers.encoding_contrast(image))
+    return segmenter.generate(**MANY_OBJECTS)
+
+
+def slow_maps(engine, seconds: float, monkeypatch) -> None:
+    """Make the decoder's maps take `seconds` longer (time to stop a run mid-plane)."""
+    maps = engine.instance_maps
+
+    def slow(features, image_hw):
+        time.sleep(seconds)
+        return maps(features, image_hw)
+
+    monkeypatch.setattr(engine, "instance_maps", slow)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segmenter_does(
+    qtbot, viewer, vit_b_lm_export, backend, monkeypatch
+):
+    """One session throughout: vit_b's encodes (~8 s a plane on 2 cores) and decoder maps (~5 s)
+    are the cost, so each plane is encoded once and the planes are few."""
+    stack = np.stack([blobs(seed) for seed in range(2)])
+    image = viewer.add_image(stack, scale=(3.0, 0.5, 2.0))
+    viewer.dims.set_current_step(0, 1)
+    viewer.reset_view()
+    widget = start_vit_b_lm(qtbot, viewer, backend, vit_b_lm_export[2], monkeypatch)
+    modes, form = widget.form.segment_all_modes, widget.form
+    assert modes.mode_box.isVisibleTo(widget) and modes.decoder_fields.isVisibleTo(widget)
+    assert [modes.mode_box.itemText(i) for i in range(modes.mode_box.count())] == ["Decoder (AIS)", "Point grid"]
+    assert form.segment_all_mode() == DECODER and not form.points_per_side_spin.isVisibleTo(widget)  # the default
+    assert form.decoder_settings().min_size == 100  # micro-sam's annotator's default
+    choose_many_objects(widget)
+    form.all_planes_check.setChecked(False)  # the plane on screen
+    segment_all(qtbot, widget)
+
+    (found,) = _automatic_layers(viewer)
+    expected = instance_segmenter_labels(widget, image, 1)
+    assert expected.max() > 20  # many objects
+    assert found.data.shape == (1, H, W) and np.array_equal(found.data[0], expected)
+    assert found.data_to_world((0, 0, 0)) == pytest.approx(image.data_to_world((1, 0, 0)))
+    assert found.metadata[AUTOMATIC_KEY]["method"] == "decoder" and found.metadata[AUTOMATIC_KEY]["plane"] == [1]
+    assert f"{expected.max()} objects in the new layer" in form.status.label.text()
+
+    qtbot.mouseClick(form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(form.segment_all_button, Qt.MouseButton.LeftButton)  # stopped at once
+    qtbot.waitUntil(lambda: form.segment_all_button.text() == "Segment all", timeout=30000)
+    assert form.status.label.text() == "Segment all stopped: nothing was written." and len(_automatic_layers(viewer)) == 1
+
+    form.all_planes_check.setChecked(True)
+    segment_all(qtbot, widget)
+    (stacked,) = (layer for layer in _automatic_layers(viewer) if layer is not found)
+    assert stacked.data.shape == stack.shape and stacked.metadata[AUTOMATIC_KEY]["planes"] == [[0], [1]]
+    first = instance_segmenter_labels(widget, image, 0)
+    assert np.array_equal(stacked.data[0], first)
+    assert np.array_equal(stacked.data[1], np.where(expected > 0, expected + first.max(), 0))  # ids go on
+    assert widget.session.cache.misses == 2  # each plane encoded once, by the panel or the run
+
+    slow_maps(widget.session.engine, 0.5, monkeypatch)
+    qtbot.mouseClick(form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: form.status.label.text().startswith("Segment all: plane 2 of 2"), timeout=60000)
+    qtbot.mouseClick(form.segment_all_button, Qt.MouseButton.LeftButton)  # while plane 1 is under way
+    qtbot.waitUntil(lambda: form.segment_all_button.text() == "Segment all", timeout=60000)
+    (stopped,) = (layer for layer in _automatic_layers(viewer) if layer not in (found, stacked))
+    assert [bool(plane.any()) for plane in stopped.data] == [True, False] and np.array_equal(stopped.data[0], first)
+    assert stopped.metadata[AUTOMATIC_KEY]["planes"] == [[0]]
+    assert form.status.label.text().startswith("Segment all stopped: ") and "on 1 of 2 planes" in form.status.label.text()
+
+    engine = widget.session.engine  # without the decoder (Triton's until it runs it): InvalidInputError, with the way out
+    monkeypatch.setattr(engine, "instance_maps", Engine.instance_maps.__get__(engine))
+    for all_planes in (False, True):
+        form.all_planes_check.setChecked(all_planes)
+        segment_all(qtbot, widget)
+        status = form.status.label.text()
+        where = " on plane 1 of 2" if all_planes else ""
+        assert f"Error in Segment all{where}: " in status and "has no instance-segmentation decoder for vit_b_lm" in status
+        assert "'Point grid'" in status and form.status.error_shown
+        assert len(_automatic_layers(viewer)) == 3  # no new layer
+
+    modes.mode_box.setCurrentText("Point grid")
+    assert form.segment_all_mode() == POINT_GRID and form.points_per_side_spin.isVisibleTo(widget)
+    assert not modes.decoder_fields.isVisibleTo(widget)
+    remembered = SettingsForm()  # the next session's panel
+    assert remembered.segment_all_modes.decoder_settings() == form.decoder_settings()
+    assert remembered.segment_all_modes.mode_box.currentText() == "Point grid"
+    remembered.deleteLater()
+    widget.close_session()
