@@ -3,8 +3,9 @@ napari viewer, clicked with real Qt events, on vit_b_lm with random weights (`vi
 exported through the CLI with its decoder): the layer holds what `InstanceSegmenter` gives for the
 same plane and settings, on the plane on screen and on every plane of a stack, from the planes the
 panel encoded (none encoded twice); a stopped run writes nothing on one plane and keeps the planes
-done on a stack; an engine without the decoder (Triton's, until it runs it) says so and changes
-nothing. (SAM2.1's panel shows no decoder mode: tests/plugin/test_segment_all.py.)
+done on a stack; an engine without the decoder says so and changes nothing. Through a real Triton
+server, the server's session model computes the maps next to the features it keeps. (SAM2.1's
+panel shows no decoder mode: tests/plugin/test_segment_all.py.)
 
 Random weights give nearly flat maps (values 0.3 to 0.75, medians near 0.51, 0.54 and 0.50 for the
 center distances, boundary distances and foreground of these blob planes): thresholds at about
@@ -25,6 +26,7 @@ from process_scenarios import open_section  # noqa: E402
 from qtpy.QtCore import QSettings, Qt  # noqa: E402
 from test_widget import start  # noqa: E402
 
+from conftest import start_server  # noqa: E402
 from triton_sam.engines import Engine  # noqa: E402
 from triton_sam.instance import InstanceSegmenter  # noqa: E402
 from triton_sam.plugin import layers  # noqa: E402
@@ -40,7 +42,6 @@ MANY_OBJECTS = {
     "foreground_threshold": 0.5,
     "min_size": 5,
 }
-BACKENDS = ["Local"]  # "Triton" joins once the Triton engine runs the decoder (a server of vit_b_lm_export's repository)
 
 
 def blobs(seed: int) -> np.ndarray:
@@ -53,12 +54,12 @@ def _automatic_layers(viewer) -> list:
     return [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata]
 
 
-def start_vit_b_lm(qtbot, viewer, backend: str, repository, monkeypatch):
-    """The panel started on vit_b_lm, its features kept in memory only (hermetic: none read from
-    an earlier run's disk cache), the Segment all section unfolded."""
+def start_vit_b_lm(qtbot, viewer, backend: str, monkeypatch, **fields):
+    """The panel started on vit_b_lm (`fields`: its repository or server), its features kept in
+    memory only (hermetic: none read from an earlier run's disk cache), Segment all unfolded."""
     monkeypatch.setenv("TRITON_SAM_MODEL", "vit_b_lm")
     QSettings("triton-sam", "triton-sam").setValue("disk_cache", "false")
-    widget = start(qtbot, viewer, backend, repository=repository)
+    widget = start(qtbot, viewer, backend, **fields)
     assert widget.session.spec.model_id == "vit_b_lm"
     open_section(widget, "segment_all")
     return widget
@@ -94,9 +95,8 @@ def slow_maps(engine, seconds: float, monkeypatch) -> None:
     monkeypatch.setattr(engine, "instance_maps", slow)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segmenter_does(
-    qtbot, viewer, vit_b_lm_export, backend, monkeypatch
+    qtbot, viewer, vit_b_lm_export, monkeypatch
 ):
     """One session throughout: vit_b's encodes (~8 s a plane on 2 cores) and decoder maps (~5 s)
     are the cost, so each plane is encoded once and the planes are few."""
@@ -104,7 +104,7 @@ def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segme
     image = viewer.add_image(stack, scale=(3.0, 0.5, 2.0))
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
-    widget = start_vit_b_lm(qtbot, viewer, backend, vit_b_lm_export[2], monkeypatch)
+    widget = start_vit_b_lm(qtbot, viewer, "Local", monkeypatch, repository=vit_b_lm_export[2])
     modes, form = widget.form.segment_all_modes, widget.form
     assert modes.mode_box.isVisibleTo(widget) and modes.decoder_fields.isVisibleTo(widget)
     assert [modes.mode_box.itemText(i) for i in range(modes.mode_box.count())] == ["Decoder (AIS)", "Point grid"]
@@ -146,7 +146,7 @@ def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segme
     assert stopped.metadata[AUTOMATIC_KEY]["planes"] == [[0]]
     assert form.status.label.text().startswith("Segment all stopped: ") and "on 1 of 2 planes" in form.status.label.text()
 
-    engine = widget.session.engine  # without the decoder (Triton's until it runs it): InvalidInputError, with the way out
+    engine = widget.session.engine  # without the decoder (a model that has none): InvalidInputError, with the way out
     monkeypatch.setattr(engine, "instance_maps", Engine.instance_maps.__get__(engine))
     for all_planes in (False, True):
         form.all_planes_check.setChecked(all_planes)
@@ -164,4 +164,33 @@ def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segme
     assert remembered.segment_all_modes.decoder_settings() == form.decoder_settings()
     assert remembered.segment_all_modes.mode_box.currentText() == "Point grid"
     remembered.deleteLater()
+    widget.close_session()
+
+
+@pytest.fixture(scope="module")
+def vit_b_lm_server(vit_b_lm_export):
+    server = start_server(vit_b_lm_export[2])
+    yield server
+    server.stop()
+
+
+def test_through_triton_every_plane_is_segmented_by_the_server_s_decoder(qtbot, viewer, vit_b_lm_server, monkeypatch):
+    """Segment all (decoder) on a stack through a real Triton server: each plane encoded once there
+    and its maps computed there, the layer as `InstanceSegmenter` on the same engine gives it."""
+    stack = np.stack([blobs(seed) for seed in range(2)])
+    image = viewer.add_image(stack)
+    viewer.dims.set_current_step(0, 0)
+    viewer.reset_view()
+    widget = start_vit_b_lm(qtbot, viewer, "Triton", monkeypatch, url=vit_b_lm_server.grpc_url)
+    choose_many_objects(widget)
+    widget.form.all_planes_check.setChecked(True)
+    segment_all(qtbot, widget)
+    requests = vit_b_lm_server.session_requests(widget.session.spec.session_name)
+    assert requests.get("encoded") == 2 and requests.get("instance_maps") == 2, requests
+
+    (stacked,) = _automatic_layers(viewer)
+    first, second = (instance_segmenter_labels(widget, image, index) for index in range(2))
+    assert second.max() > 20  # many objects
+    assert np.array_equal(stacked.data[0], first)
+    assert np.array_equal(stacked.data[1], np.where(second > 0, second + first.max(), 0))
     widget.close_session()
