@@ -6,7 +6,7 @@ import pytest
 
 from synthetic import ReadLog
 from triton_sam.errors import InvalidInputError
-from triton_sam.image import ArrayView, encoder_input, lazy_index, read_window, to_uint8
+from triton_sam.image import ArrayView, encoder_input, lazy_index, read_window, stretch_channels, to_uint8
 from triton_sam.registry import get_model
 
 SAM2 = get_model("sam2.1_hiera_tiny")
@@ -79,6 +79,29 @@ def test_the_client_sends_stretched_models_the_plane_and_sam1_its_resized_image(
     image = np.random.default_rng(5).integers(0, 256, (*image_hw, 3), dtype=np.uint8)
     sent = encoder_input(image, spec)
     assert sent.shape == (*sent_hw, 3) and sent.dtype == np.uint8 and spec.sent_hw(image_hw) == sent_hw
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        np.random.default_rng(0).integers(20, 200, (50, 60), dtype=np.uint8),  # uint8 not spanning 0..255
+        np.random.default_rng(1).integers(3, 90, (30, 20, 4), dtype=np.uint8),  # RGBA
+        np.random.default_rng(2).random((40, 30, 3)).astype(np.float32) * 1000,
+        np.random.default_rng(3).integers(0, 60000, (30, 20, 1), dtype=np.uint16),
+    ],
+    ids=["uint8", "rgba", "float", "uint16"],
+)
+def test_micro_sam_models_get_each_channel_stretched_as_micro_sam_does(image):
+    """micro-sam stretches every plane (and tile) it encodes, uint8 too (`_to_image`): its models
+    get the same bytes here, the raw plane's when no contrast limits are given."""
+    util = pytest.importorskip("micro_sam.util")
+    theirs = util._to_image(image)  # always three channels
+    ours = stretch_channels(image)
+    assert np.array_equal(np.repeat(ours[..., None], 3, -1) if ours.ndim == 2 else ours, theirs)
+    spec = get_model("vit_b_lm")
+    assert spec.channel_stretch and not get_model("sam_vit_b").channel_stretch
+    sent = encoder_input(image, spec)
+    assert np.array_equal(sent, encoder_input(ours, get_model("sam_vit_b")))
 
 
 def test_sam1_resize_of_grayscale_equals_its_rgb_resize():

@@ -30,11 +30,25 @@ _BAND_BYTES = 2**25  # a window reduced while read is read in bands of rows: abo
 
 def to_uint8(image: np.ndarray, contrast_limits: ContrastLimits | None = None) -> np.ndarray:
     """Validate `image` (HxW, HxWx1, HxWx3 or HxWx4) and return it as HxW or HxWx3 uint8."""
+    return _scale_to_uint8(_channels(image), contrast_limits)
+
+
+def stretch_channels(image: np.ndarray) -> np.ndarray:
+    """micro-sam's normalisation (`micro_sam.util._to_image`): each channel's min..max stretched
+    to 0..255 in float32 and truncated to uint8, whatever the dtype (uint8 too)."""
+    plane = _channels(image).astype(np.float32)
+    plane -= plane.min(axis=(0, 1))
+    plane /= plane.max(axis=(0, 1)) + np.float32(1e-7)
+    return (plane * 255).astype(np.uint8)
+
+
+def _channels(image: np.ndarray) -> np.ndarray:
+    """`image` validated, as HxW or HxWx3 (alpha dropped), in its own dtype."""
     image = np.asarray(image)
     _check_shape(image)
     if image.ndim == 3:
         image = image[..., :3] if image.shape[2] >= 3 else image[..., 0]
-    return _scale_to_uint8(image, contrast_limits)
+    return image
 
 
 def _check_shape(image: np.ndarray) -> None:
@@ -134,9 +148,12 @@ def encoder_input(image: np.ndarray, spec: ModelSpec, contrast_limits: ContrastL
     SAM2/SAM3 get the plane as it is and resize it on the server's device in float, as their
     official predictors do; only sides over `spec.max_sent_side` are first reduced here (Pillow's
     antialiased bilinear filter on uint8). SAM1 gets its `ResizeLongestSide` image made here, from
-    uint8, as the official transform does (exact).
+    uint8, as the official transform does (exact). micro-sam's models get the plane stretched as
+    micro-sam stretches it (`stretch_channels`): the raw plane's, or the contrast-limited one's.
     """
     plane = to_uint8(image, contrast_limits)
+    if spec.channel_stretch:
+        plane = stretch_channels(image if contrast_limits is None else plane)
     plane = resize_uint8(plane, *spec.sent_hw(plane.shape[:2]))
     return plane[..., None] if plane.ndim == 2 else plane
 

@@ -52,6 +52,9 @@ class ModelSpec:
     # micro-sam's instance-segmentation decoder published beside the weights (None: none).
     decoder_url: str | None = None
     decoder_checksum: str | None = None
+    # micro-sam's models see each channel of a plane (or tile) stretched from its min..max to 0..255
+    # before encoding (`image.stretch_channels`), as micro-sam runs them.
+    channel_stretch: bool = False
 
     def input_hw(self, image_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of the image the network sees, resized from an image of `image_hw` (prompts are
@@ -197,6 +200,7 @@ def _micro_sam(model_id: str, url: str, checksum: str, decoder_url: str, decoder
         description=_MICROSCOPY[domain],
         source=source,
         filename=f"{model_id}.pt",
+        channel_stretch=True,
         decoder_url=decoder_url,
         decoder_checksum=f"xxh128:{decoder_checksum}",
     )
