@@ -66,15 +66,17 @@ def export_with_decoder(checkpoint: Path, decoder: Path, repository: Path) -> No
     export_instance_decoder(get_model(MODEL), decoder, repository)
 
 
-def micro_sams_segmenter(checkpoint: Path, decoder: Path, model_type: str = "vit_b"):
-    """micro-sam's `InstanceSegmentationWithDecoder` for `model_type` as its users make it, on the CPU."""
+def micro_sams_segmenter(checkpoint: Path, decoder: Path, model_type: str = "vit_b", is_tiled: bool = False):
+    """micro-sam's `InstanceSegmentationWithDecoder` (`is_tiled`: `TiledInstanceSegmentationWithDecoder`)
+    for `model_type` as its users make it, on the CPU."""
     import torch
-    from micro_sam.instance_segmentation import InstanceSegmentationWithDecoder, get_decoder
+    from micro_sam.instance_segmentation import get_decoder, get_instance_segmentation_generator
     from micro_sam.util import get_sam_model
 
     predictor = get_sam_model(model_type=model_type, checkpoint_path=checkpoint, device="cpu")
     state = torch.load(decoder, map_location="cpu", weights_only=True)
-    return InstanceSegmentationWithDecoder(predictor, get_decoder(predictor.model.image_encoder, state, device="cpu"))
+    decoder_model = get_decoder(predictor.model.image_encoder, state, device="cpu")
+    return get_instance_segmentation_generator(predictor, is_tiled, decoder_model, segmentation_mode="ais")
 
 
 def median_thresholds(state: dict[str, np.ndarray]) -> dict[str, float]:

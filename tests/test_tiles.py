@@ -1,4 +1,5 @@
-"""Tile geometry: the grid, the tile that decodes a prompt set, masks placed back on the plane."""
+"""Tile geometry: the grid, micro-sam's tiles with a halo, the tile that decodes a prompt set, masks
+placed back on the plane."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from triton_sam.errors import InvalidInputError
 from triton_sam.prompts import Prompts
-from triton_sam.tiles import TILE_OVERLAP, Tile, needs_tiling, place, tile_for_prompts, tile_grid
+from triton_sam.tiles import TILE_OVERLAP, Tile, halo_tiles, needs_tiling, place, tile_for_prompts, tile_grid
 
 
 @given(st.integers(1, 6000), st.integers(1, 6000))
@@ -44,6 +45,25 @@ def test_a_coarse_grid_is_the_reduced_planes_grid_in_plane_pixels(height, width,
 def test_small_planes_are_one_tile_and_encoded_whole():
     assert not needs_tiling((2048, 1500), 1024) and needs_tiling((2049, 100), 1024)
     assert tile_grid((900, 700), 1024) == [Tile(0, 0, 900, 700)]
+
+
+def pairs(low: int, high: int) -> st.SearchStrategy[tuple[int, int]]:
+    return st.tuples(st.integers(low, high), st.integers(low, high))
+
+
+@given(pairs(1, 300), pairs(1, 80), pairs(0, 40))
+def test_halo_tiles_are_micro_sams_blocks_with_halo(shape, tile_shape, halo):
+    """The outer and inner blocks of bioimage_cpp's `Blocking` (micro-sam's tiling), in its order."""
+    blocking = pytest.importorskip("bioimage_cpp.utils").Blocking([0, 0], list(shape), list(tile_shape))
+    theirs = [blocking.get_block_with_halo(i, list(halo)) for i in range(blocking.number_of_blocks)]
+    ours = halo_tiles(shape, tile_shape, halo)
+    assert len(ours) == len(theirs)
+    for (outer, inner), block in zip(ours, theirs):
+        assert [outer.y0, outer.x0, outer.y1, outer.x1] == [*block.outer_block.begin, *block.outer_block.end]
+        assert [inner.y0, inner.x0, inner.y1, inner.x1] == [*block.inner_block.begin, *block.inner_block.end]
+        rows, columns = inner.within(outer)
+        local = [rows.start, columns.start, rows.stop, columns.stop]
+        assert local == [*block.inner_block_local.begin, *block.inner_block_local.end]
 
 
 def test_the_prompts_go_to_the_tile_that_holds_them_all_farthest_from_its_edges():

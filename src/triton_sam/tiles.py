@@ -75,6 +75,10 @@ class Tile:
         """Plane (x, y) coordinates (any shape ending in 2) in tile coordinates."""
         return np.asarray(xy, np.float64) - (self.x0, self.y0)
 
+    def within(self, outer: Tile) -> tuple[slice, slice]:
+        """Index of this tile in an array of `outer` (a tile that holds it): `outer_array[tile.within(outer)]`."""
+        return slice(self.y0 - outer.y0, self.y1 - outer.y0), slice(self.x0 - outer.x0, self.x1 - outer.x0)
+
 
 def needs_tiling(shape: tuple[int, int], input_size: int) -> bool:
     """Whether a plane of `shape` (H, W) is tiled rather than encoded whole."""
@@ -102,6 +106,26 @@ def tile_grid(shape: tuple[int, int], size: int, overlap: int = TILE_OVERLAP, st
         Tile(y0 * step, x0 * step, min((y0 + size) * step, height), min((x0 + size) * step, width), step)
         for y0 in _starts(reduced_h, size, overlap)
         for x0 in _starts(reduced_w, size, overlap)
+    ]
+
+
+def halo_tiles(shape: tuple[int, int], tile_shape: tuple[int, int], halo: tuple[int, int]) -> list[tuple[Tile, Tile]]:
+    """micro-sam's tiling (`precompute_image_embeddings(tile_shape=, halo=)`, bioimage_cpp's
+    `Blocking.get_block_with_halo`): a plane of `shape` (H, W) cut from its top left into inner
+    tiles of `tile_shape` (h, w), the last of a row or column shorter, each grown by `halo` (h, w)
+    on every side within the plane. Pairs (outer, inner), row by row: the outer tile is what is
+    encoded, the inner one what it contributes to the plane."""
+    if min(tile_shape) < 1 or min(halo) < 0:
+        raise InvalidInputError(f"tile_shape must be positive and halo at least 0, got {tile_shape} and {halo}.")
+    (height, width), (tile_h, tile_w), (halo_h, halo_w) = shape, tile_shape, halo
+    inners = [
+        Tile(y0, x0, min(y0 + tile_h, height), min(x0 + tile_w, width))
+        for y0 in range(0, height, tile_h)
+        for x0 in range(0, width, tile_w)
+    ]
+    return [
+        (Tile(max(t.y0 - halo_h, 0), max(t.x0 - halo_w, 0), min(t.y1 + halo_h, height), min(t.x1 + halo_w, width)), t)
+        for t in inners
     ]
 
 

@@ -1,5 +1,6 @@
 """Instance segmentation with micro-sam's decoder: our path (export -> ONNX Runtime -> our
-watershed) against micro-sam's `InstanceSegmentationWithDecoder` with the same random weights.
+watershed) against micro-sam's `InstanceSegmentationWithDecoder` with the same random weights, and
+tiled (`TiledInstanceSegmenter`) against its `TiledInstanceSegmentationWithDecoder`.
 
 vit_b_lm's files are random (seeded) and written as micro-sam publishes them (`vit_b_lm_export`:
 the SAM's state dict, and torch_em's UNETR initialisation in a separate `*_decoder.pt`), exported
@@ -23,12 +24,13 @@ from conftest import start_server
 from synthetic import disk_image, write_repository
 from triton_sam.errors import ServerModelError
 from triton_sam.export import write_session_model
-from triton_sam.instance import InstanceSegmenter
+from triton_sam.instance import InstanceSegmenter, TiledInstanceSegmenter
 from triton_sam.predictor import Predictor
 from triton_sam.registry import get_model
 
 IMAGE_HW = (320, 384)
 MAP_TOLERANCE = 1e-3
+TILE_SHAPE, HALO = (320, 192), (32, 32)  # 1 x 2 tiles of IMAGE_HW, each encoded at 1024 x 1024: 2 encodes a side
 
 
 def blob_image() -> np.ndarray:
@@ -140,3 +142,22 @@ def test_a_server_model_without_instance_maps_says_how_to_export_them(server, sp
     with Predictor(spec.model_id, backend="triton", url=server.grpc_url) as remote:
         with pytest.raises(ServerModelError, match=f"{why}.*--decoder PATH"):
             InstanceSegmenter(remote).initialize(disk_image(100, 120, [(50, 50, 20)]))
+
+
+def test_tiled_instance_segmentation_equals_micro_sams(vit_b_lm_export):
+    """Tiles with a halo as micro-sam's, stitched and segmented whole: as close to micro-sam's tiled
+    segmenter as untiled (each tile stretched and encoded alone, as micro-sam does); each tile
+    encoded once."""
+    checkpoint, decoder, repository = vit_b_lm_export
+    image = blob_image()
+    theirs = micro_sams_segmenter(checkpoint, decoder, "vit_b_lm", is_tiled=True)
+    theirs.initialize(image, tile_shape=TILE_SHAPE, halo=HALO)
+    with Predictor("vit_b_lm", model_repository=repository) as predictor:
+        ours = TiledInstanceSegmenter(predictor)
+        steps = list(ours.initialize_steps(image, tile_shape=TILE_SHAPE, halo=HALO))
+        assert steps == [(1, 2), (2, 2)] and ours.cache.misses == 2  # a tile a batch locally
+        our_maps = {name: array.copy() for name, array in ours.get_state().items()}
+        assert_maps_close(our_maps, theirs.get_state(), "tiled")
+        assert_labels_as_micro_sams(ours, our_maps, theirs)
+        ours.initialize(image, tile_shape=TILE_SHAPE, halo=HALO)
+        assert ours.cache.misses == 2  # each tile encoded once
