@@ -3,7 +3,7 @@
 scaled stack;
 the objects are placed on that plane, other layers are untouched, and a stopped run writes nothing.
 With "All planes" a stack's every plane is segmented into one layer of the stack's shape, planes
-written as they are done; a stopped run keeps them."""
+written as they are done; a stopped run keeps them. The point grid's fields outlive the panel."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from test_widget import start, start_on_plane_0_then_slow  # noqa: E402
 
 from triton_sam.plugin import automatic  # noqa: E402
 from triton_sam.plugin.automatic import AUTOMATIC_KEY, AUTOMATIC_SUFFIX  # noqa: E402
+from triton_sam.plugin.form import SettingsForm  # noqa: E402
 
 H, W = 240, 400
 DISKS = [(90, 80, 40), (300, 150, 50)]
@@ -300,3 +301,18 @@ def test_segment_all_on_a_stack_of_large_planes_does_the_tiles_in_view_of_every_
         assert np.count_nonzero(labelled & truth) >= 0.9 * np.count_nonzero(labelled)
     assert "too large to undo" in widget.form.status.label.text()
     widget.close_session()
+
+
+def test_the_point_grid_s_fields_are_restored_in_the_next_session_s_panel(qtbot, private_settings):
+    form = SettingsForm()
+    qtbot.addWidget(form)
+    defaults = form.automatic_options()
+    form.points_per_side_spin.setValue(12)
+    form.pred_iou_spin.setValue(0.55)
+    form.stability_spin.setValue(0.7)
+    form.min_area_spin.setValue(40)
+    tuned = form.automatic_options()
+    assert tuned == {"points_per_side": 12, "pred_iou_thresh": 0.55, "stability_score_thresh": 0.7, "min_mask_region_area": 40}
+    remembered = SettingsForm()  # the next session's panel
+    qtbot.addWidget(remembered)
+    assert remembered.automatic_options() == tuned != defaults

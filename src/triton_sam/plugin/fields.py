@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qtpy.QtCore import QSettings
 from qtpy.QtWidgets import QDoubleSpinBox, QFormLayout, QWidget
 
 
@@ -21,4 +22,14 @@ def spin(field, low, high, value, tip: str):
         field.setSingleStep(0.05)
     field.setValue(value)
     field.setToolTip(tip)
+    return field
+
+
+def remembered(field, settings: QSettings, key: str):
+    """`field` (a spin box) at its value of last session, kept under `key` in `settings` as it
+    changes: a user's tuning outlives the panel (its own value stands the first time)."""
+    saved = settings.value(key)
+    if saved is not None:
+        field.setValue(type(field.value())(saved))
+    field.valueChanged.connect(lambda changed: settings.setValue(key, changed))
     return field

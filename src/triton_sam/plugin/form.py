@@ -36,7 +36,7 @@ from ..registry import DEFAULT_MODEL, ModelSpec, get_model
 from ..repository import ENV_MODEL_REPOSITORY, default_model_repository
 from ..video.propagation import BACKWARDS, BOTH, FORWARDS
 from .bindings import BOX_MODIFIER, KEYS, NEGATIVE_MODIFIER
-from .fields import form_rows, spin
+from .fields import form_rows, remembered, spin
 from .keys import CUSTOM, DEFAULT, ENV_KEYS, PRESETS, help_line
 from .sections import Section
 from .segment_all_modes import SegmentAllModes
@@ -157,10 +157,17 @@ class SettingsForm(QWidget):
             "On a stack: segment every plane (the same region of each) into one labels layer of the "
             "stack's shape, planes filling in as they are done; off: the plane on screen only"
         )
-        self.points_per_side_spin = spin(QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side")
-        self.pred_iou_spin = spin(QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this")
-        self.stability_spin = spin(QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)")
-        self.min_area_spin = spin(
+        self.points_per_side_spin = self._grid_field(
+            "points_per_side", QSpinBox(), 4, 128, 32, "Prompts: a grid of this many points a side"
+        )
+        self.pred_iou_spin = self._grid_field(
+            "pred_iou_thresh", QDoubleSpinBox(), 0.0, 1.0, 0.8, "Keep masks whose predicted IoU is above this"
+        )
+        self.stability_spin = self._grid_field(
+            "stability_score_thresh", QDoubleSpinBox(), 0.0, 1.0, 0.95, "Keep masks at least this stable (IoU at logit 0 +/- 1)"
+        )
+        self.min_area_spin = self._grid_field(
+            "min_mask_region_area",
             QSpinBox(),
             0,
             1_000_000,
@@ -179,6 +186,10 @@ class SettingsForm(QWidget):
         self.keys_label = QLabel()
         self.status = StatusArea()
         self._lay_out()
+
+    def _grid_field(self, option: str, field, low, high, default, tip: str):
+        """A field of the point grid's generator `option`, at its value last session (else `default`)."""
+        return remembered(spin(field, low, high, default, tip), self._settings, f"segment_all/{option}")
 
     def _restore_keys(self, s: QSettings) -> None:
         """The keys chosen: `TRITON_SAM_KEYS` (a preset's name or a custom set) first, then last time's."""

@@ -1,7 +1,8 @@
 """Segment all's method for the model chosen: a micro-sam model with an instance-segmentation
 decoder offers "Decoder (AIS)" (first: micro-sam's automatic instance segmentation) and "Point
 grid", each with its own fields; other models the point grid alone, with no chooser. The choice
-and the decoder's fields are remembered between sessions."""
+and the decoder's fields are remembered between sessions, as the form's grid fields are
+(`fields.remembered`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from qtpy.QtWidgets import QComboBox, QDoubleSpinBox, QSpinBox, QVBoxLayout, QWi
 
 from ..instance import WatershedSettings
 from ..registry import MODELS
-from .fields import form_rows, spin
+from .fields import form_rows, remembered, spin
 
 DECODER, POINT_GRID = "decoder", "grid"
 MODES = {"Decoder (AIS)": DECODER, "Point grid": POINT_GRID}
@@ -58,10 +59,10 @@ class SegmentAllModes(QWidget):
     def _decoder_spin(self, name: str, tip: str):
         """A spin box for the decoder's `name`, at its value last time (else micro-sam's default), remembered as it changes."""
         default = getattr(DEFAULTS, name)
-        value = type(default)(self._settings.value(f"segment_all/{name}", default))
-        field = spin(QSpinBox(), 0, 1_000_000, value, tip) if name == "min_size" else spin(QDoubleSpinBox(), 0.0, 1.0, value, tip)
-        field.valueChanged.connect(lambda changed: self._settings.setValue(f"segment_all/{name}", changed))
-        return field
+        field = (
+            spin(QSpinBox(), 0, 1_000_000, default, tip) if name == "min_size" else spin(QDoubleSpinBox(), 0.0, 1.0, default, tip)
+        )
+        return remembered(field, self._settings, f"segment_all/{name}")
 
     def show_for(self, model: str) -> None:
         """Offer the decoder where `model` (a name in the model box) has one."""
