@@ -119,12 +119,16 @@ def server(vit_b_lm_export, tmp_path_factory):
 
 def test_through_a_triton_server_as_locally(server, theirs, ours):
     """The session model runs the decoder next to the features it keeps (one encode, no features
-    sent): its maps equal the local engine's, and so micro-sam's; `backend="auto"` forwards them."""
+    sent), loaded by the first request for maps: its maps equal the local engine's, and so
+    micro-sam's; `backend="auto"` forwards them."""
     segmenter, local_maps = ours
+    loaded = "vit_b_lm: instance decoder loaded for the first instance-maps request"
     with Predictor("vit_b_lm", backend="auto", url=server.grpc_url) as remote:
+        assert loaded not in server.log_path.read_text()  # started, the model ready: its decoder not loaded
         served = InstanceSegmenter(remote)
         served.initialize(blob_image())
         assert remote.engine.fallback_reason is None
+    assert server.log_path.read_text().count(loaded) == 1
     requests = server.session_requests(remote.spec.session_name)
     assert requests.get("encoded") == 1 and requests.get("instance_maps") == 1, requests
     served_maps = served.get_state()

@@ -55,10 +55,15 @@ class _Request:
 
 class _Logger:
     warnings: list[str] = []
+    infos: list[str] = []
 
     @classmethod
     def log_warn(cls, message: str) -> None:
         cls.warnings.append(message)
+
+    @classmethod
+    def log_info(cls, message: str) -> None:
+        cls.infos.append(message)
 
 
 def _stub_backend_utils() -> types.ModuleType:

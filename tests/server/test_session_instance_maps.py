@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import test_python_model
-from test_python_model import _encode, _Error, _Request, _session_model
+from test_python_model import _encode, _Error, _Logger, _Request, _session_model
 
 from synthetic import disk_image, write_instance_decoder, write_repository
 from triton_sam import contract
@@ -42,9 +42,12 @@ def test_maps_come_at_the_image_size_or_as_its_region_whichever_is_smaller_and_r
     python_model, repositories, buffers
 ):
     """A 320 x 384 image gets its maps at its size (fewer samples than its 853 x 1024 region); a
-    2048 x 1536 one its 1024 x 768 region, resized by the client: both equal the local engine's maps."""
+    2048 x 1536 one its 1024 x 768 region, resized by the client: both equal the local engine's maps.
+    The decoder is loaded by the first request for maps, once."""
+    _Logger.infos.clear()
     model = _session_model(python_model, repositories[0], buffers, spec=VIT_T)
     local = LocalEngine(locate(VIT_T, repositories[0]))
+    assert not _decoder_loads()  # not with the model: by the first request for maps
     for image_hw, answered_hw in (((320, 384), (320, 384)), ((2048, 1536), (1024, 768))):
         image = encoder_input(disk_image(*image_hw, [(image_hw[1] / 3, image_hw[0] / 2, image_hw[0] / 5)]), VIT_T)
         (answer,) = model.run([_maps_request(_encode(model, image), image_hw)])
@@ -54,6 +57,12 @@ def test_maps_come_at_the_image_size_or_as_its_region_whichever_is_smaller_and_r
         ours = maps[0] if answered_hw == image_hw else resized(maps[0], image_hw)
         expected = local.instance_maps(local.encode(image), image_hw)
         assert 0.2 < expected.std() and np.abs(ours - expected).max() < 1e-5
+    assert _decoder_loads() == [f"{VIT_T.model_id}: instance decoder loaded for the first instance-maps request"]
+
+
+def _decoder_loads() -> list[str]:
+    """What the session models said, since the log was cleared, of loading their instance decoder."""
+    return [line for line in _Logger.infos if "instance decoder loaded" in line]
 
 
 def test_without_a_decoder_or_with_a_bad_region_or_handle_the_request_fails_saying_why(python_model, repositories):

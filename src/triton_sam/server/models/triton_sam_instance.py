@@ -13,6 +13,7 @@ larger one (a 2048 x 2048 plane: its region's 12.6 MB instead of 50 MB). Both si
 `triton_sam_arrays.resized`, in float32, so nothing is lost for the fewer bytes.
 """
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -24,33 +25,45 @@ from triton_sam_requests import ort_session, required, response
 
 class InstanceRequests:
     """Instance-maps requests of the session model in `model_dir`: its instance decoder if exported
-    (`<session>/1/instance_decoder/model.onnx`), else each request fails saying what to do."""
+    (`<session>/1/instance_decoder/model.onnx`), loaded by the first request for maps (a server
+    nobody asks for maps holds no decoder); else each request fails saying what to do."""
 
     def __init__(self, model_dir: Path, model_id: str) -> None:
         self.path = model_dir / contract.INSTANCE_DECODER_DIR / "model.onnx"
         self.model_id = model_id
-        self.session = ort_session(self.path) if self.path.exists() else None
+        self._session = None
+        self._loading = threading.Lock()
 
     def handles(self, request) -> bool:
         return pb_utils.get_input_tensor_by_name(request, contract.IMAGE_HW) is not None
 
     def run(self, request, cache, row) -> "pb_utils.InferenceResponse":
         """The maps of the image whose features are `row` (an entry of `cache`)."""
-        if self.session is None:
-            raise ValueError(
-                f"{contract.NO_INSTANCE_DECODER}: {self.model_id} was exported without its instance-segmentation "
-                f"decoder ({self.path} is missing): export it with the decoder (`triton-sam setup {self.model_id}`, "
-                f"or `triton-sam export {self.model_id} --checkpoint PATH --decoder PATH`) and restart the server"
-            )
+        session = self._decoder()
         region = _sides(request, contract.MAPS_REGION)
         image_hw = _sides(request, contract.IMAGE_HW)
-        (maps,) = cache.run_decoder(self.session, [contract.INSTANCE_MAPS], [row], {}, None)
+        (maps,) = cache.run_decoder(session, [contract.INSTANCE_MAPS], [row], {}, None)
         if region[0] > maps.shape[-2] or region[1] > maps.shape[-1]:
             raise ValueError(f"'{contract.MAPS_REGION}' {region} exceeds the decoder's maps {list(maps.shape[-2:])}")
         maps = maps[:, :, : region[0], : region[1]]
         if image_hw[0] * image_hw[1] < region[0] * region[1]:
             maps = resized(maps, image_hw)
         return response([contract.INSTANCE_MAPS], [np.ascontiguousarray(maps, np.float32)])
+
+    def _decoder(self):
+        """The instance decoder's onnxruntime session, loaded once (by one thread) on first use."""
+        with self._loading:
+            if self._session is None:
+                if not self.path.exists():
+                    raise ValueError(
+                        f"{contract.NO_INSTANCE_DECODER}: {self.model_id} was exported without its instance-segmentation "
+                        f"decoder ({self.path} is missing): export it with the decoder (`triton-sam setup "
+                        f"{self.model_id}`, or `triton-sam export {self.model_id} --checkpoint PATH --decoder PATH`) "
+                        "and restart the server"
+                    )
+                self._session = ort_session(self.path)
+                pb_utils.Logger.log_info(f"{self.model_id}: instance decoder loaded for the first instance-maps request")
+        return self._session
 
 
 def _sides(request, name: str) -> tuple:
