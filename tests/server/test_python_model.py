@@ -5,8 +5,10 @@ feature buffers (how it keeps features in GPU memory) give what its numpy cache 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,9 +68,28 @@ class _Logger:
         cls.infos.append(message)
 
 
+class _Counter:
+    def __init__(self, labels: dict) -> None:
+        self.labels, self.value = labels, 0
+
+    def increment(self, count: int) -> None:
+        self.value += count
+
+
+class _MetricFamily:
+    COUNTER = "counter"
+
+    def __init__(self, name: str, description: str, kind: str) -> None:
+        self.name, self.description, self.kind = name, description, kind
+
+    def Metric(self, labels: dict) -> _Counter:  # noqa: N802 (Triton's name)
+        return _Counter(labels)
+
+
 def _stub_backend_utils() -> types.ModuleType:
     stub = types.ModuleType("triton_python_backend_utils")
     stub.Tensor, stub.InferenceResponse, stub.TritonError, stub.Logger = _Tensor, _Response, _Error, _Logger
+    stub.MetricFamily = _MetricFamily
     stub.get_input_tensor_by_name = lambda request, name: _Tensor(name, request.inputs[name]) if name in request.inputs else None
     return stub
 
@@ -109,11 +130,6 @@ def test_a_server_environment_without_onnx_runtime_says_where_the_backend_looked
     assert str(sys.path) in str(raised.value) and "onnxruntime" in str(raised.value)
 
 
-class _NoCounts:
-    def add(self, outcome: str, count: int = 1) -> None:
-        pass
-
-
 def _session_model(
     python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256, encode_batch: int = 1, spec=TINY
 ):
@@ -127,7 +143,8 @@ def _session_model(
         "feature_buffers": buffers,
         contract.ENCODE_BATCH_PARAMETER: str(encode_batch),
     }
-    return python_model.SessionModel(repository, params, _NoCounts(), repository / spec.session_name / "1")
+    counts = python_model.RequestCounts(spec.session_name)  # its outcomes checked, as on a server
+    return python_model.SessionModel(repository, params, counts, repository / spec.session_name / "1")
 
 
 def test_the_python_model_imports_the_contract_and_the_array_helpers_written_next_to_it(python_model):
@@ -174,6 +191,22 @@ def _decode(model, handles: list[str], points: list, outputs: tuple[str, ...] = 
     )
     (response,) = model.run([request])
     return response
+
+
+def test_the_requests_metric_lists_each_outcome_the_session_model_counts_and_counts_no_other(python_model):
+    """One list (`contract.SESSION_REQUEST_OUTCOMES`) makes the metric's description: every outcome
+    the model counts is in it (video and instance maps too), and an outcome not in it is refused."""
+    counts = python_model.RequestCounts(TINY.session_name)
+    listed = counts.family.description.removeprefix("Session model requests by outcome (").removesuffix(")").split(", ")
+    assert listed == list(contract.SESSION_REQUEST_OUTCOMES)
+    source = Path(python_model.__file__).read_text()
+    counted = set(re.findall(r'counts\.add\("(\w+)"', source))
+    assert {"video", "instance_maps", "encoded", "cancelled_queued"} <= counted <= set(listed)
+    counts.add("instance_maps", 2)
+    assert counts.metrics["instance_maps"].value == 2
+    assert counts.metrics["instance_maps"].labels == {"model": TINY.session_name, "outcome": "instance_maps"}
+    with pytest.raises(ValueError, match="'maps' is not one of the session model's outcomes"):
+        counts.add("maps")
 
 
 def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_reused(python_model, synthetic_repository):

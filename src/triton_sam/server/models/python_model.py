@@ -84,18 +84,21 @@ CROPS = {contract.SINGLE_MASK: contract.SINGLE_MASK_CROP, contract.MULTI_MASKS: 
 
 
 class RequestCounts:
-    """Counters of what the session model did with its requests, one per outcome."""
+    """Counters of what the session model did with its requests, one per outcome of
+    `contract.SESSION_REQUEST_OUTCOMES` (the metric's description lists them; no other is counted)."""
 
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.family = pb_utils.MetricFamily(
             name=contract.SESSION_REQUESTS_METRIC,
-            description="Session model requests by outcome (encoded, decoded, cancelled_queued, cancelled_running, failed)",
+            description=f"Session model requests by outcome ({', '.join(contract.SESSION_REQUEST_OUTCOMES)})",
             kind=pb_utils.MetricFamily.COUNTER,
         )
         self.metrics = {}
 
     def add(self, outcome: str, count: int = 1) -> None:
+        if outcome not in contract.SESSION_REQUEST_OUTCOMES:
+            raise ValueError(f"'{outcome}' is not one of the session model's outcomes {contract.SESSION_REQUEST_OUTCOMES}")
         if count:
             if outcome not in self.metrics:
                 self.metrics[outcome] = self.family.Metric(labels={"model": self.model_name, "outcome": outcome})
