@@ -5,7 +5,8 @@ same plane and settings, on the plane on screen and on every plane of a stack, f
 panel encoded (none encoded twice); a stopped run writes nothing on one plane and keeps the planes
 done on a stack; an engine without the decoder says so and changes nothing. Through a real Triton
 server, the server's session model computes the maps next to the features it keeps. (SAM2.1's
-panel shows no decoder mode: tests/plugin/test_segment_all.py.)
+panel shows no decoder mode: tests/plugin/test_segment_all.py.) On a large plane, the synthetic
+vit_t_lm (`synthetic.write_instance_decoder`: maps in a blink) segments the tiles in view.
 
 Random weights give nearly flat maps (values 0.3 to 0.75, medians near 0.51, 0.54 and 0.50 for the
 center distances, boundary distances and foreground of these blob planes): thresholds at about
@@ -24,16 +25,18 @@ from scipy import ndimage
 napari = pytest.importorskip("napari")
 from process_scenarios import open_section  # noqa: E402
 from qtpy.QtCore import QSettings, Qt  # noqa: E402
-from test_widget import start  # noqa: E402
+from test_widget import start, world  # noqa: E402
 
 from conftest import start_server  # noqa: E402
+from synthetic import disk_image, write_instance_decoder, write_repository  # noqa: E402
 from triton_sam.engines import Engine  # noqa: E402
 from triton_sam.instance import InstanceSegmenter  # noqa: E402
-from triton_sam.plugin import layers  # noqa: E402
+from triton_sam.plugin import bindings, layers  # noqa: E402
 from triton_sam.plugin.automatic import AUTOMATIC_KEY  # noqa: E402
 from triton_sam.plugin.form import SettingsForm  # noqa: E402
 from triton_sam.plugin.segment_all_modes import DECODER, POINT_GRID  # noqa: E402
 from triton_sam.predictor import Predictor  # noqa: E402
+from triton_sam.registry import get_model  # noqa: E402
 
 H, W = 96, 128
 MANY_OBJECTS = {
@@ -54,13 +57,13 @@ def _automatic_layers(viewer) -> list:
     return [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata]
 
 
-def start_vit_b_lm(qtbot, viewer, backend: str, monkeypatch, **fields):
-    """The panel started on vit_b_lm (`fields`: its repository or server), its features kept in
+def start_micro_sam(qtbot, viewer, model: str, backend: str, monkeypatch, **fields):
+    """The panel started on `model` (`fields`: its repository or server), its features kept in
     memory only (hermetic: none read from an earlier run's disk cache), Segment all unfolded."""
-    monkeypatch.setenv("TRITON_SAM_MODEL", "vit_b_lm")
+    monkeypatch.setenv("TRITON_SAM_MODEL", model)
     QSettings("triton-sam", "triton-sam").setValue("disk_cache", "false")
     widget = start(qtbot, viewer, backend, **fields)
-    assert widget.session.spec.model_id == "vit_b_lm"
+    assert widget.session.spec.model_id == model
     open_section(widget, "segment_all")
     return widget
 
@@ -104,7 +107,7 @@ def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segme
     image = viewer.add_image(stack, scale=(3.0, 0.5, 2.0))
     viewer.dims.set_current_step(0, 1)
     viewer.reset_view()
-    widget = start_vit_b_lm(qtbot, viewer, "Local", monkeypatch, repository=vit_b_lm_export[2])
+    widget = start_micro_sam(qtbot, viewer, "vit_b_lm", "Local", monkeypatch, repository=vit_b_lm_export[2])
     modes, form = widget.form.segment_all_modes, widget.form
     assert modes.mode_box.isVisibleTo(widget) and modes.decoder_fields.isVisibleTo(widget)
     assert [modes.mode_box.itemText(i) for i in range(modes.mode_box.count())] == ["Decoder (AIS)", "Point grid"]
@@ -181,7 +184,7 @@ def test_through_triton_every_plane_is_segmented_by_the_server_s_decoder(qtbot, 
     image = viewer.add_image(stack)
     viewer.dims.set_current_step(0, 0)
     viewer.reset_view()
-    widget = start_vit_b_lm(qtbot, viewer, "Triton", monkeypatch, url=vit_b_lm_server.grpc_url)
+    widget = start_micro_sam(qtbot, viewer, "vit_b_lm", "Triton", monkeypatch, url=vit_b_lm_server.grpc_url)
     choose_many_objects(widget)
     widget.form.all_planes_check.setChecked(True)
     segment_all(qtbot, widget)
@@ -193,4 +196,47 @@ def test_through_triton_every_plane_is_segmented_by_the_server_s_decoder(qtbot, 
     assert second.max() > 20  # many objects
     assert np.array_equal(stacked.data[0], first)
     assert np.array_equal(stacked.data[1], np.where(second > 0, second + first.max(), 0))
+    widget.close_session()
+
+
+@pytest.fixture(scope="module")
+def vit_t_lm_repository(tmp_path_factory):
+    """The synthetic model under vit_t_lm's names, with the synthetic instance decoder: the decoder mode in a blink."""
+    repository = write_repository(get_model("vit_t_lm"), tmp_path_factory.mktemp("vit_t_lm_repo"))
+    write_instance_decoder(get_model("vit_t_lm"), repository)
+    return repository
+
+
+def test_on_a_large_plane_the_decoder_segments_the_tiles_in_view_and_writes_nowhere_else(
+    qtbot, viewer, vit_t_lm_repository, monkeypatch
+):
+    """A 2600 x 3200 plane (tiled) zoomed in: the labels cover the visible region, from the tiles in
+    view, placed where they lie; a disk across two tiles' overlap is one object; a disk far from
+    the view is in no layer."""
+    in_view, across, far = (1300, 800, 50), (1660, 900, 60), (200, 2400, 80)  # (x, y, r); `across`: tiles at x 768 and 1536
+    plane = disk_image(2600, 3200, [in_view, across, far])
+    image = viewer.add_image(plane)
+    camera = bindings.camera(viewer)
+    camera.center, camera.zoom = (900, 1500), 1.0
+    widget = start_micro_sam(qtbot, viewer, "vit_t_lm", "Local", monkeypatch, repository=vit_t_lm_repository)
+    assert widget.tiled and widget.form.segment_all_mode() == DECODER
+    widget.form.segment_all_modes.decoder_spins["boundary_distance_threshold"].setValue(0.99)  # the synthetic maps' seeds
+    widget.form.segment_all_modes.decoder_spins["min_size"].setValue(5)
+    widget.form.region_box.setCurrentText("Visible region")
+    segment_all(qtbot, widget)
+
+    (found,) = _automatic_layers(viewer)
+    y0, x0, y1, x1 = region = found.metadata[AUTOMATIC_KEY]["region"]
+    vy0, vx0, vy1, vx1 = layers.visible_region(image)
+    assert found.metadata[AUTOMATIC_KEY]["tiles"] > 1 and y0 <= vy0 and x0 <= vx0 and vy1 <= y1 and vx1 <= x1
+    assert found.data.shape == (y1 - y0, x1 - x0) and (y1 - y0) * (x1 - x0) < plane.size  # the tiles in view only
+    assert found.data_to_world((0, 0)) == pytest.approx(image.data_to_world((y0, x0)))
+    yy, xx = np.mgrid[y0:y1, x0:x1]
+    for x, y, r in (in_view, across):
+        disk = (xx - x) ** 2 + (yy - y) ** 2 <= r**2
+        (label,) = np.unique(found.data[disk & (found.data > 0)])  # one object, across the tiles' overlap too
+        assert np.count_nonzero(found.data[disk] == label) >= 0.9 * np.count_nonzero(disk)
+        at = np.round(found.world_to_data(world(image, x, y))).astype(int)
+        assert found.data[tuple(at)] == label
+    assert found.data.max() == 2 and far[1] - far[2] >= y1, region  # the far disk: below the region, in no layer
     widget.close_session()
