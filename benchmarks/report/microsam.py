@@ -95,8 +95,9 @@ def instance(r: dict) -> str:
         "`generate`: the watershed) against our `InstanceSegmenter`, on the whole plane (micro-sam's untiled path, "
         "which its `automatic_instance_segmentation` takes without a tile shape); the thresholds are micro-sam's "
         "maps' medians (random weights give flat maps), the same for all. Each segmentation gets the plane shifted "
-        f"by a few pixels (no cached features). Medians of {r['repeats']['instance']} segmentations, "
-        f"{r['repeats']['encode']} encodes and {r['repeats']['predict']} predicts a plane"
+        "by a few pixels (no cached features). Medians of "
+        + ", ".join(f"{r['repeats'][m]} {m}" for m in ("instance", "encode", "predict"))
+        + " call(s) a plane"
         + (", after an untimed encode and predict of each." if r.get("warm_up") else ".")
         + " Labels: our object count / micro-sam's, the share of our objects whose best-overlapping micro-sam "
         "object has IoU >= 0.99, and whether the label images are identical.\n"
