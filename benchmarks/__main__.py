@@ -93,8 +93,22 @@ def _cmd_bench_microsam(args) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _cmd_bench_instance(args) -> None:
+    from . import instance
+
+    result = instance.run(
+        shapes=tuple((size, size) for size in args.sizes),
+        repeats={"encode": args.encodes, "predict": args.predicts, "instance": args.repeats},
+        seed=args.seed,
+        workdir=args.workdir,
+        backends=tuple(args.backends),
+        device=args.device,
+    )
+    print(json.dumps(result, indent=2))
+
+
 def _cmd_bench_json(args) -> None:
-    """`click|annotators|memory|volume|automatic|instance|gui|series_gui|large`: the benchmark with the
+    """`click|annotators|memory|volume|automatic|gui|series_gui|large`: the benchmark with the
     options given, its result as JSON."""
     from importlib import import_module
 
@@ -163,6 +177,17 @@ def _add_bench_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decodes", type=int, default=30)
     parser.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _add_microsam_options(parser: argparse.ArgumentParser, encodes: int, predicts: int) -> None:
+    """The options of the benchmarks side by side with micro-sam's own functions (`microsam`, `instance`)."""
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048], help="square planes of these sizes")
+    parser.add_argument("--encodes", type=int, default=encodes)
+    parser.add_argument("--predicts", type=int, default=predicts)
+    parser.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where micro-sam runs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
+    parser.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the checkpoints and exports are kept")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,25 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench_automatic.add_argument("--points-per-side", type=int, default=None, help="prompt grid (default 32)")
     bench_automatic.add_argument("--device", default=None, choices=["cpu", "cuda"], help="where the official generator runs")
     bench_instance = kinds.add_parser(
-        "instance", help="seconds to segment a plane with micro-sam's decoder vs its InstanceSegmentationWithDecoder (JSON)"
+        "instance",
+        help="vit_b_lm: encode, predict and instance segmentation, ours vs micro-sam's InstanceSegmentationWithDecoder (JSON)",
     )
-    bench_instance.add_argument("--model", default="sam_vit_b", choices=["sam_vit_b"], help="random weights, micro-sam format")
-    bench_instance.add_argument("--shape", type=int, nargs=2, default=None, metavar=("H", "W"), help="(default 1024 1024)")
-    bench_instance.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
-    bench_instance.add_argument("--workdir", type=Path, default=None, help="where the checkpoints and export are kept")
-    bench_instance.set_defaults(func=_cmd_bench_json)
+    bench_instance.add_argument("--repeats", type=int, default=2, help="instance segmentations of each plane")
+    _add_microsam_options(bench_instance, encodes=1, predicts=5)
+    bench_instance.set_defaults(func=_cmd_bench_instance)
     bench_microsam = kinds.add_parser(
         "microsam", help="micro-sam's models: encode and one-point predict, ours vs micro-sam's own functions (JSON)"
     )
     microsam_ids = [spec.model_id for spec in MICRO_SAM_MODELS]
     bench_microsam.add_argument("--models", nargs="+", default=list(MICROSAM_MODELS), choices=microsam_ids, metavar="MODEL")
-    bench_microsam.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048], help="square planes of these sizes")
-    bench_microsam.add_argument("--encodes", type=int, default=3)
-    bench_microsam.add_argument("--predicts", type=int, default=10)
-    bench_microsam.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
-    bench_microsam.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where micro-sam runs")
-    bench_microsam.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
-    bench_microsam.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the checkpoints and exports are kept")
+    _add_microsam_options(bench_microsam, encodes=3, predicts=10)
     bench_microsam.set_defaults(func=_cmd_bench_microsam)
     bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
     bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")

@@ -45,6 +45,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "volume": {"planes": 20, "repeats": 2},
         "automatic": {"repeats": 2},
         "microsam": {"repeats": {"encode": 2, "predict": 10}},
+        "instance": {"repeats": {"encode": 1, "predict": 5, "instance": 2}},
     },
     "smoke": {
         # No warm-up where a benchmark has one: a smoke run checks that it runs, not its figures.
@@ -120,6 +121,7 @@ RUNNERS = {
     "volume": "benchmarks.volume",
     "automatic": "benchmarks.automatic",
     "microsam": "benchmarks.microsam",
+    "instance": "benchmarks.instance",
 }
 IN_NAPARI = ("gui", "series_gui", "large")  # benchmarks that need a display
 
@@ -161,6 +163,8 @@ def run_all(
     if cuda_device_count() > 0:  # the official predictor on the GPU too
         settings["predictor"]["device"] = settings["click"]["device"] = settings["volume"]["device"] = "cuda"
         settings["automatic"]["device"] = settings["microsam"]["device"] = "cuda"
+        if "instance" in settings:  # the full profile's only: vit_b with its decoder is no smoke
+            settings["instance"]["device"] = "cuda"
     if soak_s is not None:
         settings["memory"]["soak_s"] = soak_s
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}

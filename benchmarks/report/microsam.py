@@ -1,10 +1,11 @@
-"""The report's section on micro-sam's models (`benchmarks.microsam`): a table a measure, a row a
-model and plane, micro-sam's median next to ours on each backend, the ratio and, where masks were
-compared, their IoU to micro-sam's."""
+"""The report's sections on micro-sam's models: `microsam` (`benchmarks.microsam`), a table a
+measure, a row a model and plane, micro-sam's median next to ours on each backend, the ratio and,
+where masks were compared, their IoU to micro-sam's; `instance` (`benchmarks.instance`), the same
+and instance segmentation's sides, the goal's verdict and the labels' check."""
 
 from __future__ import annotations
 
-from .tables import markdown_table, ms
+from .tables import markdown_table, ms, verdict
 
 BACKENDS = {"local": "ours, local", "triton": "ours, Triton (loopback)"}
 TITLES = {  # measure -> what its table compares
@@ -57,3 +58,58 @@ def microsam(r: dict) -> str:
             "(above its count of cores, other processes shared them: the medians carry that noise).\n"
         )
     return intro + "\n" + "\n".join(_table(r, measure) for measure in measures)
+
+
+INSTANCE_GOAL = 0.5  # #41: instance segmentation in at most half micro-sam's time
+
+
+def _instance_rows(plane: str, figures: dict, backends: list[str]) -> list[list[str]]:
+    """A plane's rows: micro-sam's, then each backend's with its ratio, verdict and labels' check."""
+    rows = []
+    for side in ["micro_sam", *backends]:
+        f = figures[side]
+        times = [ms(f["initialize_median_ms"]), ms(f["generate_median_ms"]), ms(f["median_ms"])]
+        if side == "micro_sam":
+            rows.append([plane, "micro-sam", *times, "1.00", "", "", "", ""])
+            continue
+        ratio, check = figures["ratio"][side], figures["labels_vs_micro_sam"][side]
+        rows.append(
+            [plane, BACKENDS[side], *times, f"{ratio:.2f}", verdict(ratio, INSTANCE_GOAL)]
+            + [f"{check['objects']} / {check['micro_sam_objects']}", f"{check['share_matched_iou_0.99']:.4f}"]
+            + ["yes" if check["identical"] else "no"]
+        )
+    return rows
+
+
+def instance(r: dict) -> str:
+    """The instance benchmark's section: how it was measured, encode and predict as in the
+    micro-sam section, then instance segmentation with the goal's verdict."""
+    ((model, planes),) = r["by_model"].items()
+    backends = [b for b in BACKENDS if b in r["backends"]]
+    device = r.get("reference_device", "cpu").upper()
+    intro = (
+        f"`{model}` with its instance-segmentation decoder, random weights written as micro-sam publishes them (the "
+        "SAM's state dict and torch_em's UNETR in a `*_decoder.pt`), in one run: micro-sam's own functions (PyTorch on "
+        f"the {device}) and ours, locally and through a local Triton server, from our export of the same files. "
+        "Instance segmentation is micro-sam's `InstanceSegmentationWithDecoder` (`initialize`: encode and decoder; "
+        "`generate`: the watershed) against our `InstanceSegmenter`, on the whole plane (micro-sam's untiled path, "
+        "which its `automatic_instance_segmentation` takes without a tile shape); the thresholds are micro-sam's "
+        "maps' medians (random weights give flat maps), the same for all. Each segmentation gets the plane shifted "
+        "by a few pixels (no cached features). Medians of "
+        + ", ".join(f"{r['repeats'][m]} {m}" for m in ("instance", "encode", "predict"))
+        + " call(s) a plane"
+        + (", after an untimed encode and predict of each." if r.get("warm_up") else ".")
+        + " Labels: our object count / micro-sam's, the share of our objects whose best-overlapping micro-sam "
+        "object has IoU >= 0.99, and whether the label images are identical.\n"
+    )
+    if "load_average" in r:
+        before, after = r["load_average"]
+        intro += (
+            f"\nThe machine's 1-minute load average was {before:.1f} before the run and {after:.1f} after it "
+            "(above its count of cores, other processes shared them: the medians carry that noise).\n"
+        )
+    header = ["plane", "side", "initialize ms", "generate ms", "total ms", "ratio", f"goal <= {INSTANCE_GOAL}"]
+    header += ["objects (ours / micro-sam's)", "matched IoU >= 0.99", "identical"]
+    rows = [row for name, plane in planes.items() for row in _instance_rows(name, plane["instance"], backends)]
+    tables = [_table(r, measure) for measure in ("encode", "predict")]
+    return intro + "\n" + "\n".join(tables) + "\nInstance segmentation:\n\n" + markdown_table(header, rows)

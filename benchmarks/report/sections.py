@@ -1,12 +1,12 @@
 """The report's sections, one a benchmark (`SECTIONS`, in the page's order): each renders a
 benchmark's results as Markdown, its goals' verdicts included. Those run in napari are in `in_napari`,
-micro-sam's models in `microsam`.
+micro-sam's models and its instance segmentation in `microsam`.
 """
 
 from __future__ import annotations
 
 from .in_napari import gui, large, series_gui
-from .microsam import microsam
+from .microsam import instance, microsam
 from .tables import markdown_table, ms, verdict
 
 
@@ -288,6 +288,7 @@ SECTIONS = {  # benchmark -> (title, its Markdown)
     "volume": ("Propagating through a stack", _volume),
     "automatic": ("Segment all (automatic mask generation)", _automatic),
     "microsam": ("micro-sam models side by side", microsam),
+    "instance": ("Instance segmentation with micro-sam's decoder, side by side", instance),
     "annotators": ("Many annotators on one Triton server", _annotators),
     "memory": ("Memory", _memory),
 }

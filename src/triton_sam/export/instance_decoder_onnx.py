@@ -50,13 +50,31 @@ class _ImageStatsNorm(nn.Module):
         return F.instance_norm(x, weight=self.weight, bias=self.bias, eps=self.eps)
 
 
-def _with_image_stats(module: nn.Module) -> nn.Module:
-    """`module` with each `BatchNorm2d` inside replaced by `_ImageStatsNorm`."""
+class _ConvThenUpsample(nn.Module):
+    """torch_em's `Upsampler2d` (upsample, then a 1 x 1 convolution) in the other order: bilinear
+    upsampling mixes pixels with weights that sum to one and the convolution mixes channels, so
+    they commute, and the convolution runs on a quarter of the pixels."""
+
+    def __init__(self, upsampler: nn.Module) -> None:
+        super().__init__()
+        self.conv, self.scale_factor, self.mode = upsampler.conv, upsampler.scale_factor, upsampler.mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(self.conv(x), scale_factor=self.scale_factor, mode=self.mode, align_corners=False)
+
+
+def _for_inference(module: nn.Module) -> nn.Module:
+    """`module` with each `BatchNorm2d` inside replaced by `_ImageStatsNorm` and each bilinear
+    `Upsampler2d` by `_ConvThenUpsample`."""
+    from torch_em.model.unet import Upsampler2d
+
     for name, child in module.named_children():
         if isinstance(child, nn.BatchNorm2d):
             setattr(module, name, _ImageStatsNorm(child))
+        elif isinstance(child, Upsampler2d) and child.mode == "bilinear":
+            setattr(module, name, _ConvThenUpsample(child))
         else:
-            _with_image_stats(child)
+            _for_inference(child)
     return module
 
 
@@ -134,7 +152,7 @@ def build_decoder(state: dict[str, torch.Tensor], spec: ModelSpec) -> InstanceDe
     if missing:
         raise CheckpointError(f"The decoder state lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}.")
     unetr.load_state_dict({key: state[key] for key in own}, strict=False)
-    return _with_image_stats(InstanceDecoder(unetr)).eval()
+    return _for_inference(InstanceDecoder(unetr)).eval()
 
 
 def export_instance_decoder(spec: ModelSpec, decoder_checkpoint: Path, output: Path) -> Path:
