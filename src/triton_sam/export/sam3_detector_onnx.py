@@ -57,10 +57,8 @@ def _encode_boxes(encoder: nn.Module, boxes, boxes_mask, boxes_labels, img_feats
     trace freezes; and it pins memory, which needs CUDA. Boxes [N, 1, 4] -> embeddings [N, 1, C]."""
     from sam3.model.box_ops import box_cxcywh_to_xyxy
 
-    height, width = img_feats.shape[-2:]
-    scale = torch.full((4,), float(width))
-    scale[1::2] = height  # x0, y0, x1, y1
-    xyxy = box_cxcywh_to_xyxy(boxes[:, 0]) * scale
+    side = DETECTOR_SIZES[-1]  # the map is square (sam3 resizes images to 1008 x 1008)
+    xyxy = box_cxcywh_to_xyxy(boxes[:, 0]) * side
     rois = torch.cat([torch.zeros_like(xyxy[:, :1]), xyxy], dim=1)  # batch index 0: one image
     pooled = torchvision.ops.roi_align(img_feats, rois, encoder.roi_size)  # as sam3: aligned=False, adaptive sampling
     embed = encoder.boxes_direct_project(boxes) + encoder.boxes_pool_project(pooled).flatten(1)[:, None]
