@@ -125,6 +125,24 @@ TEXT_ENCODER_FILE = "text_encoder.onnx"
 TEXT_TOKENS = "text_tokens"
 TEXT_FEATURES = "text_features"
 
+# The detector (`export.sam3_detector_onnx`), per phrase and exemplar set: DETECTOR_MAPS float32
+# [1, 256, s, s] (s = 288, 144, 72: SAM3's detector neck), TEXT_FEATURES [1, 32, 256] and
+# TEXT_PADDING bool [1, 32] (token id 0), EXEMPLAR_BOXES float32 [1, N, 4] (cx, cy, w, h in [0, 1])
+# and EXEMPLAR_LABELS int64 [1, N] (1 positive, 0 negative; N >= 0) -> per query (200): QUERY_BOXES
+# [1, 200, 4] (cx, cy, w, h in [0, 1]), QUERY_LOGITS [1, 200], QUERY_MASKS [1, 200, 288, 288] logits,
+# and PRESENCE_LOGIT [1, 1]; a query's score is sigmoid(logit) * sigmoid(presence).
+DETECTOR_FILE = "detector.onnx"
+DETECTOR_MAPS = ("detector_map_288", "detector_map_144", "detector_map_72")
+TEXT_PADDING = "text_padding"
+EXEMPLAR_BOXES = "exemplar_boxes"
+EXEMPLAR_LABELS = "exemplar_labels"
+QUERY_BOXES = "query_boxes"
+QUERY_LOGITS = "query_logits"
+QUERY_MASKS = "query_masks"
+PRESENCE_LOGIT = "presence_logit"
+DETECTOR_INPUTS = (*DETECTOR_MAPS, TEXT_FEATURES, TEXT_PADDING, EXEMPLAR_BOXES, EXEMPLAR_LABELS)
+DETECTOR_OUTPUTS = (QUERY_BOXES, QUERY_LOGITS, QUERY_MASKS, PRESENCE_LOGIT)
+
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
 

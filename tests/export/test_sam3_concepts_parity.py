@@ -1,12 +1,17 @@
 """SAM3's concept path exported to ONNX gives what `sam3` computes, on the same random-init weights.
 
-So far the text encoder: a phrase through our tokenizer and `text_encoder.onnx` (`PhraseEncoder`)
-against sam3's `VETextEncoder` (tokenizer included), as `Sam3Processor.set_text_prompt` runs it.
+The text encoder: a phrase through our tokenizer and `text_encoder.onnx` (`PhraseEncoder`) against
+sam3's `VETextEncoder` (tokenizer included), as `Sam3Processor.set_text_prompt` runs it. The
+detector: `detector.onnx` against `Sam3Processor`'s `forward_grounding` on the same detector maps and
+text features, for a phrase, a phrase + a positive box, a phrase + a negative box.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,3 +61,63 @@ def test_each_phrase_is_encoded_once(text_encoders):
     first = ours("nucleus")[0]
     again = ours("nucleus")[0]
     assert again is first and ours.runs <= runs + 1
+
+
+@pytest.fixture(scope="module")
+def detector_reference(tmp_path_factory):
+    """(detector.onnx's session, sam3's inputs and outputs per case) from sam3_detector_reference.py,
+    run in a process of its own (sam3's model and the export take ~2.5 GB)."""
+    require_export_extra()
+    pytest.importorskip("sam3")
+    import onnxruntime
+
+    from triton_sam import contract
+
+    directory = tmp_path_factory.mktemp("detector")
+    script = Path(__file__).with_name("sam3_detector_reference.py")
+    done = subprocess.run([sys.executable, str(script), str(directory), str(PARITY_SEED)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.fail(f"{script.name} failed:\n{done.stderr[-4000:]}")
+    print(done.stdout)
+    session = onnxruntime.InferenceSession(str(directory / contract.DETECTOR_FILE), providers=["CPUExecutionProvider"])
+    with np.load(directory / "reference.npz") as saved:
+        yield session, dict(saved)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def threshold_keeping_several(scores: np.ndarray) -> float:
+    """A threshold in the widest gap between the reference's scores, below the top 3 and above the
+    median: random weights give nearly equal scores (0.27 to 0.34 here, all below sam3's 0.5), so a
+    fixed threshold keeps all or none, and one in a gap (~1e-4) cannot flip by rounding (~1e-6)."""
+    ranked = np.sort(scores)[len(scores) // 2 : -3]
+    widest = np.argmax(np.diff(ranked))
+    return (ranked[widest] + ranked[widest + 1]) / 2
+
+
+@pytest.mark.parametrize("case", ["phrase", "positive", "negative"])
+def test_detector_matches_sam3(detector_reference, case):
+    from triton_sam import contract
+
+    session, saved = detector_reference
+    maps = [saved[f"map{i}"] for i in range(3)]
+    feed = dict(zip(contract.DETECTOR_MAPS, maps))
+    feed.update({contract.TEXT_FEATURES: saved["text"], contract.TEXT_PADDING: saved["text_mask"]})
+    feed.update({contract.EXEMPLAR_BOXES: saved[f"{case}/boxes_in"], contract.EXEMPLAR_LABELS: saved[f"{case}/labels_in"]})
+    boxes, logits, masks, presence = session.run(list(contract.DETECTOR_OUTPUTS), feed)
+    expected = {key: saved[f"{case}/{key}"] for key in ("boxes", "logits", "masks", "presence")}
+
+    scores, expected_scores = (
+        sigmoid(x[0]) * sigmoid(p[0, 0]) for x, p in ((logits, presence), (expected["logits"], expected["presence"]))
+    )
+    threshold = threshold_keeping_several(expected_scores)
+    keep = expected_scores > threshold
+    assert (scores > threshold).tolist() == keep.tolist() and keep.sum() >= 4
+    assert np.abs(scores - expected_scores).max() < 1e-3
+    image_hw = np.array([700, 300, 700, 300])  # boxes within a pixel on a 300 x 700 image
+    assert np.abs((boxes[0] - expected["boxes"][0]) * image_hw).max() < 1
+    assert np.abs(masks - expected["masks"]).max() < 1e-3
+    for got, want in zip(masks[0, keep] > 0, expected["masks"][0, keep] > 0):
+        assert (got & want).sum() / (got | want).sum() >= 0.99

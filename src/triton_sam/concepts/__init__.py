@@ -13,8 +13,9 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
    resize to 256; token ids int64 [B, 32] -> float32 [B, 32, 256]). It depends on the phrase alone,
    so its output is cached by phrase (`PhraseEncoder`). With boxes and no phrase, sam3 encodes the
    phrase "visual".
-3. Detector graph (next step), per request: the image's 72 px detector map and its position
-   encoding, the text features and their padding mask (token id 0), and exemplar boxes
+3. Detector graph (`detector.onnx`, `export.sam3_detector_onnx`; contract.DETECTOR_INPUTS/OUTPUTS),
+   per request: the image's three detector maps (their sine position encodings are constants in
+   the graph), the text features and their padding mask (token id 0), and 0..N exemplar boxes
    (cx, cy, w, h normalised to [0, 1], labels positive/negative; `add_geometric_prompt`'s format) ->
    the geometry encoder (box projections, ROI-align on the 72 px map, box position encodings,
    label embeddings, a CLS token, 3 layers attending to the image), concatenated after the text
@@ -27,12 +28,21 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
    masks bilinearly resized to the image and thresholded at sigmoid 0.5. A new threshold re-filters
    the last detector outputs without running the detector again.
 
+One encode for both (not done): SAM3's tracker export already holds the detector's neck
+(`backbone.vision_backbone.convs`, loaded from `detector.backbone.vision_backbone.*` of a sam3.pt)
+but `Sam3TrackerPredictor.forward_image` keeps only `sam2_backbone_out`; a SAM3 encoder wrapper
+would call `backbone.forward_image` once and answer its `backbone_fpn` (the three detector maps)
+beside the tracker's features (conv_s0/conv_s1 applied as the tracker does). They are 111 MB per
+image in float32 (256 x (288^2 + 144^2 + 72^2)), so the session model should keep them on the server.
+
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the
 reference must run with `pin_memory` made a no-op; `set_image` took 35 s for one image on 2 cores;
 the text transformer's positional embedding and projection are `torch.empty` at random init (filled
-by `export.sam3_concepts_onnx.fill_uninitialised`; look for others in the detector); boxes are
-pooled with torchvision's `roi_align` (ONNX RoiAlign, sampling ratio adaptive, aligned=False).
+by `export.sam3_concepts_onnx.fill_uninitialised`; the detector has no such weights); boxes are
+pooled with torchvision's `roi_align` (ONNX RoiAlign, sampling ratio adaptive, aligned=False);
+`nn.MultiheadAttention` and sam3's box encoding reshape by Python ints, which a trace freezes (the
+number of exemplar boxes), so the export traces equivalent forms (`export.traceable_attention`).
 """
 
 from .text import PhraseEncoder

@@ -50,6 +50,15 @@ SAM3_BUILD: tuple[Rule, ...] = (
     (UserWarning, "CUDA is not available or torch_xla is imported. Disabling autocast", r"sam3\."),
 )
 
+SAM3_DETECTOR_TRACE: tuple[Rule, ...] = (
+    # The detector's fixed map size (72 x 72) and sam3's checks of its inputs, as Python values.
+    (TracerWarning, "torch.tensor results are registered as constants", r"sam3\."),
+    (TracerWarning, "Using len to get tensor shape", r"sam3\."),
+    (TracerWarning, "Converting a tensor to a Python boolean", r"torch$"),  # torch._assert_async's check
+    # sam3's adaptive sampling (-1) is ONNX RoiAlign's 0: the same.
+    (UserWarning, "ONNX export for RoIAlign with a non-zero sampling_ratio", r"torchvision\."),
+)
+
 
 @contextmanager
 def ignoring(rules: tuple[Rule, ...]) -> Iterator[None]:
