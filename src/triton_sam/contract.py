@@ -187,3 +187,6 @@ SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome
 SESSION_REQUEST_OUTCOMES = ("encoded", "decoded", "video", "instance_maps", "cancelled_queued", "cancelled_running", "failed")
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
+# gRPC metadata of every request about one image: its content signature (hex), so that a balancer
+# hashing this header sends all of an image's requests to the server that holds its features.
+AFFINITY_HEADER = "triton-sam-image"

@@ -691,9 +691,10 @@ def test_a_full_server_queue_is_reported_as_overload_not_as_a_dead_server(synthe
     engine = TritonEngine(TINY, TritonConnection(synthetic_server.grpc_url))
     try:
         for text in ("[request id: <id_unknown>] Exceeds maximum queue size", "Request timeout expired"):
-            error = engine._error(InferenceServerException(text, status="StatusCode.UNAVAILABLE"))
+            error = engine._error(InferenceServerException(text, status="StatusCode.UNAVAILABLE"), engine.client)
             assert isinstance(error, ServerBusyError) and "overloaded" in str(error)
-        down = engine._error(InferenceServerException("failed to connect to all addresses", status="StatusCode.UNAVAILABLE"))
+        refused = InferenceServerException("failed to connect to all addresses", status="StatusCode.UNAVAILABLE")
+        down = engine._error(refused, engine.client)
         assert isinstance(down, ServerUnavailableError)
     finally:
         engine.close()

@@ -60,19 +60,22 @@ def create_engine(
 
 
 def offered_models(backend: str, repository: Path, connection: TritonConnection | None = None) -> tuple[str, list[str]]:
-    """(where, model ids) `backend` can serve: the Triton server's ("triton", or "auto" while it
-    answers), else the local repository's."""
+    """(where, model ids) `backend` can serve: the Triton server's (the first that answers of those
+    `connection` names; "triton", or "auto" while one answers), else the local repository's."""
     if backend != "local":
         from .triton_client import TritonClient, served_models
 
-        client = TritonClient(connection)
-        try:
-            return f"Triton at {client.url}", served_models(client)
-        except ServerUnavailableError:
-            if backend == "triton":
-                raise
-        finally:
-            client.close()
+        connection = connection or TritonConnection()
+        urls = connection.server_urls()
+        for url in urls:
+            client = TritonClient(connection.to(url))
+            try:
+                return f"Triton at {client.url}", served_models(client)
+            except ServerUnavailableError:
+                if backend == "triton" and url == urls[-1]:
+                    raise
+            finally:
+                client.close()
     return f"Local repository {repository}", exported_models(repository)
 
 

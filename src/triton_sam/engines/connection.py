@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from ..errors import InvalidInputError
 
@@ -34,18 +34,30 @@ def default_timeout_s() -> float:
 
 @dataclass(frozen=True)
 class TritonConnection:
-    """How to reach one Triton server: one value for the client, the engine and `create_engine`.
+    """How to reach a Triton server: one value for the client, the engine and `create_engine`.
 
-    Unset values come from the environment ($TRITON_SAM_URL, $TRITON_SAM_API_KEY,
-    $TRITON_SAM_TIMEOUT_S) when a client is made.
+    `url` may name several servers, comma-separated ("gpu1:8001,gpu2:8001"): the engine then
+    spreads images over them (`server_pool`). Unset values come from the environment
+    ($TRITON_SAM_URL, $TRITON_SAM_API_KEY, $TRITON_SAM_TIMEOUT_S) when a client is made.
     """
 
-    url: str | None = None
+    url: str | None = None  # "host:port", or several, comma-separated
     ssl: bool = False
     root_certificates: str | None = None  # PEM file of the server's certificate authority
     headers: Mapping[str, str] = field(default_factory=dict)  # sent with every call (a TLS proxy's token)
     api_key: str | None = None  # what `triton-sam serve` with $TRITON_SAM_API_KEY asks for
     timeout_s: float | None = None  # each call but an encode
+
+    def server_urls(self) -> list[str]:
+        """The servers `url` (else $TRITON_SAM_URL, else the local default) names, in its order."""
+        urls = [url.strip() for url in (self.url or default_url()).split(",") if url.strip()]
+        if not urls:
+            raise InvalidInputError(f"No Triton server URL in {self.url!r}.")
+        return urls
+
+    def to(self, url: str) -> TritonConnection:
+        """This connection to the one server at `url`."""
+        return replace(self, url=url)
 
 
 CONNECTION_OPTIONS = frozenset(f.name for f in fields(TritonConnection))

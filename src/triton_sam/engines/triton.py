@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -30,17 +30,20 @@ from .. import contract
 from ..errors import DecodeCancelled, ServerBusyError, ServerModelError, ServerUnavailableError
 from ..prompts import DecodeRequest
 from ..registry import ModelSpec
-from ..server.models.triton_sam_arrays import uncropped
+from ..server.models.triton_sam_arrays import content_signature, uncropped
 from .base import CANCEL_ALWAYS, CANCEL_OVERDUE, CancelToken, DecodeResult, Engine, ImageFeatures
 from .connection import TritonConnection
 from .kept_logits import KeptLogits
+from .server_pool import ServerPool
 from .triton_client import TritonClient, config_parameter, error_message, infer_inputs
 from .triton_instance import instance_maps
+from .triton_requests import prompt_arrays, split_request
 
 if TYPE_CHECKING:
     from ..features import FeatureCache
     from ..video.backend import VideoBackend
 
+T = TypeVar("T")
 REENCODE_ATTEMPTS = 3
 _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
@@ -64,7 +67,8 @@ class _MaskInputLost(Exception):
 
 
 class TritonEngine(Engine):
-    """The session model of one SAM model on a Triton server."""
+    """The session model of one SAM model on a Triton server, or on several (`server_pool`):
+    every request about an image carries its signature (`contract.AFFINITY_HEADER`)."""
 
     settle_hovers = True  # decodes started mid-sweep cost the server's other annotators
 
@@ -80,24 +84,16 @@ class TritonEngine(Engine):
         """`cancel_on_server`: whether a cancelled decode's gRPC call is cancelled too; by default
         only on servers without the cancellation crash (see SAFE_CANCEL_VERSION)."""
         self.spec = spec
-        self.client = TritonClient(connection)
+        connection = connection or TritonConnection()
+        self.servers = ServerPool([TritonClient(connection.to(url)) for url in connection.server_urls()])
         self.encode_timeout_s = encode_timeout_s
         self.reconnect_s = reconnect_s
+        self.reencodes = 0  # images encoded again because their server lacked their features
         try:
-            config = self.client.session_config(spec)
-            server_version = self.client.server_version()
+            self.client, config, server_version = self._first_answer()
         except Exception:
-            self.client.close()
+            self.servers.close()
             raise
-        version = config_parameter(config, contract.CONTRACT_VERSION_PARAMETER)
-        if version != str(contract.CONTRACT_VERSION):
-            self.client.close()
-            raise ServerModelError(
-                f"{spec.session_name} on {self.client.url} uses tensor contract version {version}; this triton-sam "
-                f"needs {contract.CONTRACT_VERSION}. Export it again into the server's model repository "
-                f"(`triton-sam setup {spec.model_id}` or `triton-sam export {spec.model_id} --checkpoint PATH`) and "
-                "restart the server."
-            )
         if cancel_on_server is None:
             cancel_on_server = server_version >= SAFE_CANCEL_VERSION
         self.cancel_on_server = cancel_on_server
@@ -111,8 +107,44 @@ class TritonEngine(Engine):
         self.encode_batch = max(1, min(int(config_parameter(config, contract.ENCODE_BATCH_PARAMETER) or 1), self.max_batch or 1))
         self.kept_logits = KeptLogits(spec, int(config_parameter(config, contract.LOGITS_CACHE_SIZE_PARAMETER) or 1))
 
+    def _first_answer(self) -> tuple[TritonClient, dict, tuple[int, ...]]:
+        """(client, session model config, Triton version) of the first server that answers, all of
+        them checked for the contract; those that do not answer are skipped for now."""
+        answers = []
+        for client in self.servers.clients.values():
+            try:
+                answers.append((client, self._checked_config(client), client.server_version()))
+            except ServerUnavailableError:
+                if not self.servers.fail_over(client) and not answers:  # the last, and none answered
+                    raise
+        return answers[0]
+
+    def _checked_config(self, client: TritonClient) -> dict:
+        """The session model's config on `client`'s server, which must use this contract."""
+        config = client.session_config(self.spec)
+        version = config_parameter(config, contract.CONTRACT_VERSION_PARAMETER)
+        if version != str(contract.CONTRACT_VERSION):
+            raise ServerModelError(
+                f"{self.spec.session_name} on {client.url} uses tensor contract version {version}; this triton-sam "
+                f"needs {contract.CONTRACT_VERSION}. Export it again into the server's model repository "
+                f"(`triton-sam setup {self.spec.model_id}` or `triton-sam export {self.spec.model_id} --checkpoint PATH`) "
+                "and restart the server."
+            )
+        return config
+
     def describe(self) -> str:
-        return f"Triton at {self.client.url}"
+        return f"Triton at {', '.join(self.servers.clients)}"
+
+    def _on_server(self, signature: str, run: Callable[[TritonClient], T]) -> T:
+        """`run` with the client of the image of `signature`; where that server stops answering and
+        another is left, with the next server in the image's order."""
+        while True:
+            client = self.servers.client_for(signature)
+            try:
+                return run(client)
+            except ServerUnavailableError:
+                if not self.servers.fail_over(client):
+                    raise
 
     def video(self, cache: FeatureCache) -> VideoBackend:
         """The session model's volume requests: planes and memories stay on the server."""
@@ -133,9 +165,9 @@ class TritonEngine(Engine):
         """Images of one shape go `encode_batch` to a request (the server encodes them together);
         the features come in the order of `images`."""
         features: list = [None] * len(images)
-        by_shape: dict[tuple[int, ...], list[int]] = {}
+        by_shape: dict[tuple, list[int]] = {}
         for index, image in enumerate(images):
-            by_shape.setdefault(image.shape, []).append(index)
+            by_shape.setdefault((image.shape, self._server_url(image)), []).append(index)
         for indices in by_shape.values():
             for start in range(0, len(indices), self.encode_batch):
                 batch = indices[start : start + self.encode_batch]
@@ -147,14 +179,30 @@ class TritonEngine(Engine):
                     features[index] = ImageFeatures(handle=handle, encoder_input=images[index])
         return features
 
+    def _server_url(self, image: np.ndarray) -> str:
+        """The URL of the server `image` is encoded on ("" where there is one: no need to hash it)."""
+        if len(self.servers) == 1:
+            return ""
+        return self.servers.client_for(content_signature(image, self.spec.model_id)).url
+
     def _encode(self, images: np.ndarray) -> list[str]:
-        """The handles of `images` ([B, H, W, C]) encoded on the server."""
+        """The handles of `images` ([B, H, W, C]) encoded on the server of the first."""
+        signature = content_signature(images[0], self.spec.model_id)
+        return self._on_server(signature, lambda client: self._encode_on(client, images, signature))
+
+    def _encode_on(self, client: TritonClient, images: np.ndarray, signature: str) -> list[str]:
+        """The handles of `images` encoded on `client`'s server, the request marked with `signature`."""
         try:
-            result = self.client.infer_large(
-                self.spec.session_name, {contract.ENCODER_INPUT: images}, [contract.HANDLE], self.encode_timeout_s
+            result = client.infer_large(
+                self.spec.session_name,
+                {contract.ENCODER_INPUT: images},
+                [contract.HANDLE],
+                self.encode_timeout_s,
+                client.image_headers(signature),
             )
         except InferenceServerException as error:
-            raise self._error(error) from error
+            raise self._error(error, client) from error
+        self.servers.encoded(client, len(images))
         return [handle.decode() for handle in result.as_numpy(contract.HANDLE).reshape(-1)]
 
     def decode(
@@ -166,42 +214,58 @@ class TritonEngine(Engine):
     ) -> DecodeResult:
         if features.handle is None or features.encoder_input is None:
             raise ValueError("TritonEngine.decode needs features from TritonEngine.encode")
+        return self._on_server(
+            features.handle, lambda client: self._decode_encoded(client, features, request, multimask_output, cancel)
+        )
+
+    def _decode_encoded(
+        self, client: TritonClient, features: ImageFeatures, request: DecodeRequest, multimask_output: bool, cancel
+    ) -> DecodeResult:
+        """Decode on `client`'s server, encoding the image there first where it lacks its features."""
         try:
-            return self._decode(features.handle, request, multimask_output, cancel)
+            return self._decode(client, features.handle, request, multimask_output, cancel)
         except _HandleLost:
             pass
-        except ServerUnavailableError:
-            if not self._wait_until_ready(cancel):
+        except ServerUnavailableError:  # one server restarting: wait for it; several: the next one takes over
+            if len(self.servers) > 1 or not self._wait_until_ready(client, cancel):
                 raise
-        # The server lost the embedding (eviction, restart): encode again; the handle is content-based.
-        # Under heavy load other clients' images may evict it again before the retry: try a few times.
+        # The server lost the embedding (eviction, restart) or never had it (another server encoded
+        # it): encode again; the handle is content-based. Under heavy load other clients' images may
+        # evict it again before the retry: try a few times.
         for _ in range(REENCODE_ATTEMPTS):
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled")
-            if self._encode(features.encoder_input[None]) != [features.handle]:
-                raise ServerModelError("The server returned a different handle for the same image.")
+            self._reencode(client, features)
             try:
-                return self._decode(features.handle, request, multimask_output, cancel)
+                return self._decode(client, features.handle, request, multimask_output, cancel)
             except _HandleLost:
                 continue
         raise ServerModelError(
-            f"The server on {self.client.url} evicted this image's embedding {REENCODE_ATTEMPTS} times in a row: "
+            f"The server on {client.url} evicted this image's embedding {REENCODE_ATTEMPTS} times in a row: "
             f"its cache (`cache_size` in {self.spec.session_name}'s config.pbtxt) is too small for its clients' images."
         )
 
-    def _wait_until_ready(self, cancel: CancelToken | None) -> bool:
+    def _reencode(self, client: TritonClient, features: ImageFeatures) -> None:
+        """Encode the image of `features` again on `client`'s server, which lacks them; counted."""
+        self.reencodes += 1
+        if self._encode_on(client, features.encoder_input[None], features.handle) != [features.handle]:
+            raise ServerModelError("The server returned a different handle for the same image.")
+
+    def _wait_until_ready(self, client: TritonClient, cancel: CancelToken | None) -> bool:
         """Poll the session model for up to `reconnect_s` (a restarting server); True once ready."""
         deadline = time.monotonic() + self.reconnect_s
         while time.monotonic() < deadline and not (cancel is not None and cancel.cancelled):
             try:
-                if self.client.grpc.is_model_ready(self.spec.session_name, headers=self.client.headers, client_timeout=1.0):
+                if client.grpc.is_model_ready(self.spec.session_name, headers=client.headers, client_timeout=1.0):
                     return True
             except InferenceServerException:
                 pass
             time.sleep(0.1)
         return False
 
-    def _decode(self, handle: str, request: DecodeRequest, multimask_output: bool, cancel: CancelToken | None) -> DecodeResult:
+    def _decode(
+        self, client: TritonClient, handle: str, request: DecodeRequest, multimask_output: bool, cancel: CancelToken | None
+    ) -> DecodeResult:
         """Send the prompt sets in requests of at most the server's batch size, all at once (its
         dynamic batcher sees them together), and join the answers."""
         if cancel is not None and cancel.cancelled:
@@ -213,15 +277,15 @@ class TritonEngine(Engine):
         names = names + [contract.KEPT_KEYS] if keep and cropped else names
         for _ in range(REENCODE_ATTEMPTS):
             try:
-                parts = [self._decode_arrays(handle, part, names, keep) for part in _split(request, self.max_batch)]
-                sent = [self._send(arrays, names, cancel) for arrays in parts]
-                answers = [self._receive(handle, *pending, names, cancel) for pending in sent]
+                parts = [self._decode_arrays(handle, part, names, keep) for part in split_request(request, self.max_batch)]
+                sent = [self._send(client, handle, arrays, names, cancel) for arrays in parts]
+                answers = [self._receive(client, handle, *pending, names, cancel) for pending in sent]
                 break
-            except _MaskInputLost:  # the server forgot kept logits (evicted, restarted)
-                self._restore_mask_inputs(handle, request, cancel)
+            except _MaskInputLost:  # the server forgot kept logits (evicted, restarted, another server)
+                self._restore_mask_inputs(client, handle, request, cancel)
         else:
             raise ServerModelError(
-                f"The server on {self.client.url} forgot the mask logits of this client's refinements "
+                f"The server on {client.url} forgot the mask logits of this client's refinements "
                 f"{REENCODE_ATTEMPTS} times in a row: its `logits_cache_size` is too small for its clients."
             )
         results = [self._result(answer, multimask_output, request.logits_above) for answer in answers]
@@ -243,13 +307,13 @@ class TritonEngine(Engine):
             logits = answer[masks]
         return logits, answer[scores], answer[object_scores]
 
-    def _restore_mask_inputs(self, handle: str, request: DecodeRequest, cancel: CancelToken | None) -> None:
+    def _restore_mask_inputs(self, client: TritonClient, handle: str, request: DecodeRequest, cancel: CancelToken | None) -> None:
         """The server forgot mask logits `request` names by key: send those this client holds;
         decode again those it received only as a crop, so that the server keeps them again."""
         for signature, recipe in self.kept_logits.lost(request.mask_input):
             if recipe.parent is not None:
                 self.kept_logits.recall(*recipe.parent)
-            again = self._decode(handle, recipe.request, recipe.multimask_output, cancel)
+            again = self._decode(client, handle, recipe.request, recipe.multimask_output, cancel)
             self.kept_logits.rebind(signature, recipe, again.low_res_logits[0, recipe.candidate])
 
     def _decode_arrays(self, handle: str, request: DecodeRequest, names: list[str], keep: bool) -> dict[str, np.ndarray]:
@@ -268,7 +332,9 @@ class TritonEngine(Engine):
             arrays[contract.KEEP_LOGITS] = np.ones((request.batch_size, 1), bool)
         return arrays
 
-    def _send(self, arrays: dict[str, np.ndarray], names: list[str], cancel: CancelToken | None) -> tuple:
+    def _send(
+        self, client: TritonClient, handle: str, arrays: dict[str, np.ndarray], names: list[str], cancel: CancelToken | None
+    ) -> tuple:
         done = threading.Event()
         outcome: dict = {}
 
@@ -276,22 +342,24 @@ class TritonEngine(Engine):
             outcome["result"], outcome["error"] = result, error
             done.set()
 
-        call = self.client.grpc.async_infer(
+        call = client.grpc.async_infer(
             self.spec.session_name,
             infer_inputs(arrays),
             finished,
             outputs=[grpcclient.InferRequestedOutput(n) for n in names],
-            headers=self.client.headers,
-            client_timeout=self.client.timeout_s,
+            headers=client.image_headers(handle),
+            client_timeout=client.timeout_s,
         )
         if cancel is not None and self.cancel_on_server:
             cancel.on_cancel(call.cancel)
         return done, outcome, call
 
-    def _receive(self, handle: str, done, outcome: dict, call, names: list[str], cancel: CancelToken | None) -> dict:
-        if not done.wait(self.client.timeout_s + 5.0):  # the gRPC deadline fires first; never hang
+    def _receive(
+        self, client: TritonClient, handle: str, done, outcome: dict, call, names: list[str], cancel: CancelToken | None
+    ) -> dict:
+        if not done.wait(client.timeout_s + 5.0):  # the gRPC deadline fires first; never hang
             call.cancel()
-            raise ServerUnavailableError(f"No answer from Triton at {self.client.url} in {self.client.timeout_s:.0f} s.")
+            raise ServerUnavailableError(f"No answer from Triton at {client.url} in {client.timeout_s:.0f} s.")
         error = outcome["error"]
         if cancel is not None and cancel.cancelled:  # an answer (where not cancelled on the wire) is dropped
             raise DecodeCancelled("decode cancelled") from error
@@ -300,7 +368,7 @@ class TritonEngine(Engine):
                 raise _HandleLost(handle)
             if contract.UNKNOWN_MASK_INPUT in (error.message() or ""):
                 raise _MaskInputLost()
-            raise self._error(error) from error
+            raise self._error(error, client) from error
         return {name: outcome["result"].as_numpy(name) for name in names}
 
     def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
@@ -308,64 +376,42 @@ class TritonEngine(Engine):
         waiting up to the encode timeout; the image is encoded again if the server lost it."""
         if features.handle is None or features.encoder_input is None:
             raise ValueError("TritonEngine.call needs features from TritonEngine.encode")
+        return self._on_server(features.handle, lambda client: self._call_on(client, features, arrays, outputs))
+
+    def _call_on(
+        self, client: TritonClient, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]
+    ) -> dict[str, np.ndarray]:
+        """`call` on `client`'s server."""
         for _ in range(REENCODE_ATTEMPTS):
             handles = np.array([[features.handle.encode()]], dtype=np.object_)
             try:
-                result = self.client.grpc.infer(
+                result = client.grpc.infer(
                     self.spec.session_name,
                     infer_inputs({contract.HANDLE: handles, **arrays}),
                     outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
-                    headers=self.client.headers,
+                    headers=client.image_headers(features.handle),
                     client_timeout=self.encode_timeout_s,
                 )
             except InferenceServerException as error:
                 if contract.UNKNOWN_HANDLE not in (error.message() or ""):
-                    raise self._error(error) from error
-                self._encode(features.encoder_input[None])  # lost (eviction, restart): the handle is content-based
+                    raise self._error(error, client) from error
+                self._reencode(client, features)  # lost (eviction, restart, another server): the handle is content-based
                 continue
             return {name: result.as_numpy(name) for name in outputs}
-        raise ServerModelError(f"The server on {self.client.url} keeps losing this image's embedding: its cache is too small.")
+        raise ServerModelError(f"The server on {client.url} keeps losing this image's embedding: its cache is too small.")
 
-    def _error(self, error: InferenceServerException) -> Exception:
+    def _error(self, error: InferenceServerException, client: TritonClient) -> Exception:
         if any(sign in (error.message() or "") for sign in _OVERLOADED):
             return ServerBusyError(
-                f"Triton at {self.client.url} is overloaded ({error_message(error)}): too many requests are waiting. "
+                f"Triton at {client.url} is overloaded ({error_message(error)}): too many requests are waiting. "
                 "It answers again when the load drops; more server capacity (GPU, instances) helps for good."
             )
         if error.status() in _UNREACHABLE or error.status() is None:
-            return self.client.unreachable(error)
-        return ServerModelError(f"Triton at {self.client.url} refused the request: {error_message(error)}")
+            return client.unreachable(error)
+        return ServerModelError(f"Triton at {client.url} refused the request: {error_message(error)}")
 
     def close(self) -> None:
-        self.client.close()
+        self.servers.close()
 
 
-def prompt_arrays(request: DecodeRequest) -> dict[str, np.ndarray]:
-    """The prompt tensors of a request to the session model; the mask only when there is one."""
-    arrays = {
-        contract.POINT_COORDS: np.ascontiguousarray(request.point_coords, np.float32),
-        contract.POINT_LABELS: np.ascontiguousarray(request.point_labels, np.int32),
-    }
-    if request.mask_input is not None:
-        arrays[contract.MASK_INPUT] = np.ascontiguousarray(request.mask_input, np.float32)
-    return arrays
-
-
-def _split(request: DecodeRequest, size: int | None) -> list[DecodeRequest]:
-    """`request` as requests of at most `size` prompt sets (itself if it fits)."""
-    if size is None or request.batch_size <= size:
-        return [request]
-    masks = request.mask_input
-    return [
-        DecodeRequest(
-            point_coords=request.point_coords[start : start + size],
-            point_labels=request.point_labels[start : start + size],
-            mask_input=None if masks is None else masks[start : start + size],
-            logits_above=request.logits_above,
-            best_of_multimask=request.best_of_multimask,
-        )
-        for start in range(0, request.batch_size, size)
-    ]
-
-
-__all__ = ["TritonClient", "TritonConnection", "TritonEngine", "prompt_arrays"]
+__all__ = ["TritonClient", "TritonConnection", "TritonEngine"]

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from .. import contract
 from ..errors import ServerModelError, ServerUnavailableError
 from ..registry import MODELS, ModelSpec
-from .connection import ENV_API_KEY, TritonConnection, default_timeout_s, default_url
+from .connection import ENV_API_KEY, TritonConnection, default_timeout_s
 from .infer_request import MODEL_INFER_METHOD, model_infer_request
 
 # Passing channel_args replaces tritonclient's own unlimited message sizes: set them again. Keep
@@ -30,11 +30,12 @@ CHANNEL_ARGS = [
 
 
 class TritonClient:
-    """A gRPC connection to one Triton server, with the options every call needs."""
+    """A gRPC connection to one Triton server, with the options every call needs (the first
+    server where `connection` names several)."""
 
     def __init__(self, connection: TritonConnection | None = None) -> None:
         connection = connection or TritonConnection()
-        self.url = connection.url or default_url()
+        self.url = connection.server_urls()[0]
         self.headers = dict(connection.headers)
         api_key = connection.api_key or os.environ.get(ENV_API_KEY)
         if api_key:
@@ -47,6 +48,11 @@ class TritonClient:
         self._model_infer = self._channel.unary_unary(
             MODEL_INFER_METHOD, request_serializer=None, response_deserializer=service_pb2.ModelInferResponse.FromString
         )
+
+    def image_headers(self, signature: str) -> dict[str, str]:
+        """The headers of a request about one image: its content signature as the affinity header
+        (a consistent-hash balancer sends all of an image's requests to one server)."""
+        return {**self.headers, contract.AFFINITY_HEADER: signature}
 
     def unreachable(self, error: Exception) -> ServerUnavailableError:
         return ServerUnavailableError(
@@ -80,13 +86,19 @@ class TritonClient:
         return _version_numbers(metadata.get("version", ""))
 
     def infer_large(
-        self, model_name: str, inputs: dict[str, np.ndarray], outputs: list[str], timeout_s: float | None
+        self,
+        model_name: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        timeout_s: float | None,
+        headers: dict[str, str] | None = None,
     ) -> grpcclient.InferResult:
         """`grpc.infer` for inputs of megabytes (an image), copied once on the way while Python's
-        lock is held, not three times (`infer_request`); raises InferenceServerException as it does."""
+        lock is held, not three times (`infer_request`); raises InferenceServerException as it does.
+        `headers`: instead of the client's own."""
         request = model_infer_request(model_name, inputs, outputs)
         try:
-            response = self._model_infer(request, metadata=tuple(self.headers.items()), timeout=timeout_s)
+            response = self._model_infer(request, metadata=tuple((headers or self.headers).items()), timeout=timeout_s)
         except grpc.RpcError as error:
             raise_error_grpc(error)
         return grpcclient.InferResult(response)

@@ -15,7 +15,8 @@ from ..server.models import triton_sam_video
 from ..video.backend import TrackingOutput, VideoBackend
 from ..video.memory import MemoryInputs, VideoSettings
 from .base import ImageFeatures
-from .triton import TritonEngine, prompt_arrays
+from .triton import TritonEngine
+from .triton_requests import prompt_arrays
 
 
 class TritonVideo(VideoBackend):

@@ -104,6 +104,7 @@ class SettingsForm(QWidget):
         chosen = _setting(s, "backend", ENV_BACKEND, "auto").lower()
         self.backend_box.setCurrentText(next((k for k, v in BACKENDS.items() if v == chosen), "Auto"))
         self.url_field = QLineEdit(_setting(s, "url", ENV_URL, default_url()))
+        self.url_field.setToolTip("host:port of the Triton server's gRPC port; several servers comma-separated")
         self.api_key_field = QLineEdit(os.environ.get(ENV_API_KEY, ""))
         self.api_key_field.setEchoMode(QLineEdit.EchoMode.Password)
         self.tls_check = QCheckBox("TLS")
