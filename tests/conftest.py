@@ -21,6 +21,8 @@ from triton_sam.server.local import loopback_ports
 if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("triton") is not None:
     import torch._dynamo  # noqa: F401
 
+pytest_plugins = ["memory_report"]  # each test's memory peak and growth, in the summary beside --durations
+
 SYNTHETIC_MODEL = "sam2.1_hiera_tiny"
 PARITY_SEED = 0
 TESTS = Path(__file__).parent
