@@ -81,6 +81,28 @@ def assert_labels_as_micro_sams(segmenter: InstanceSegmenter, maps: dict, theirs
     assert np.mean(ious >= 0.99) >= 0.95
 
 
+def test_tiled_instance_segmentation_equals_micro_sams(vit_b_lm_export):
+    """Tiles with a halo as micro-sam's, stitched and segmented whole: as close to micro-sam's tiled
+    segmenter as untiled (each tile stretched and encoded alone, as micro-sam does); each tile
+    encoded once.
+
+    First in the module: it needs none of the module's fixtures, and after them it ran beside
+    their two vit_b models and the server (~7.7 GB): 15.1 GB in the test processes at its peak."""
+    checkpoint, decoder, repository = vit_b_lm_export
+    image = blob_image()
+    theirs = micro_sams_segmenter(checkpoint, decoder, "vit_b_lm", is_tiled=True)
+    theirs.initialize(image, tile_shape=TILE_SHAPE, halo=HALO)
+    with Predictor("vit_b_lm", model_repository=repository) as predictor:
+        ours = TiledInstanceSegmenter(predictor)
+        steps = list(ours.initialize_steps(image, tile_shape=TILE_SHAPE, halo=HALO))
+        assert steps == [(1, 2), (2, 2)] and ours.cache.misses == 2  # a tile a batch locally
+        our_maps = {name: array.copy() for name, array in ours.get_state().items()}
+        assert_maps_close(our_maps, theirs.get_state(), "tiled")
+        assert_labels_as_micro_sams(ours, our_maps, theirs)
+        ours.initialize(image, tile_shape=TILE_SHAPE, halo=HALO)
+        assert ours.cache.misses == 2  # each tile encoded once
+
+
 def test_instance_segmentation_equals_micro_sams(theirs, ours):
     """Maps within float32 noise of micro-sam's; our watershed on micro-sam's maps gives its labels."""
     segmenter, our_maps = ours
@@ -146,22 +168,3 @@ def test_a_server_model_without_instance_maps_says_how_to_export_them(server, sp
     with Predictor(spec.model_id, backend="triton", url=server.grpc_url) as remote:
         with pytest.raises(ServerModelError, match=f"{why}.*--decoder PATH"):
             InstanceSegmenter(remote).initialize(disk_image(100, 120, [(50, 50, 20)]))
-
-
-def test_tiled_instance_segmentation_equals_micro_sams(vit_b_lm_export):
-    """Tiles with a halo as micro-sam's, stitched and segmented whole: as close to micro-sam's tiled
-    segmenter as untiled (each tile stretched and encoded alone, as micro-sam does); each tile
-    encoded once."""
-    checkpoint, decoder, repository = vit_b_lm_export
-    image = blob_image()
-    theirs = micro_sams_segmenter(checkpoint, decoder, "vit_b_lm", is_tiled=True)
-    theirs.initialize(image, tile_shape=TILE_SHAPE, halo=HALO)
-    with Predictor("vit_b_lm", model_repository=repository) as predictor:
-        ours = TiledInstanceSegmenter(predictor)
-        steps = list(ours.initialize_steps(image, tile_shape=TILE_SHAPE, halo=HALO))
-        assert steps == [(1, 2), (2, 2)] and ours.cache.misses == 2  # a tile a batch locally
-        our_maps = {name: array.copy() for name, array in ours.get_state().items()}
-        assert_maps_close(our_maps, theirs.get_state(), "tiled")
-        assert_labels_as_micro_sams(ours, our_maps, theirs)
-        ours.initialize(image, tile_shape=TILE_SHAPE, halo=HALO)
-        assert ours.cache.misses == 2  # each tile encoded once
