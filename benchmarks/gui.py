@@ -239,9 +239,11 @@ def _canvas(widget) -> QOpenGLWidget:
 def open_widget(viewer, backend: str, url: str | None, model_id: str, repository: Path):
     """The triton-sam panel, docked through napari's plugin API and filled in as a user would. What
     it remembers goes to a directory of the benchmark's own: a run must not leave the user's panel
-    pointing at a benchmark's server and model repository."""
+    pointing at a benchmark's server and model repository. Its disk cache is off: every run encodes
+    (a Triton run would otherwise time the local run's features read from disk)."""
     QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, _bench_settings().name)
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.form.disk_cache_check.setChecked(False)
     widget.form.backend_box.setCurrentText(backend)
     widget.form.url_field.setText(url or "")
     widget.form.model_box.setCurrentText(model_id)

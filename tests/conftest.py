@@ -172,14 +172,16 @@ def models_server(exported_repository, tmp_path_factory):
 
 @pytest.fixture
 def private_settings(tmp_path, monkeypatch):
-    """Keep the dock widget's saved settings away from the user's own, and its default model
-    repository away from the models the user exported (an empty folder)."""
+    """Keep the dock widget's saved settings away from the user's own, its default model
+    repository away from the models the user exported (an empty folder), and its disk cache of
+    embeddings (`$XDG_CACHE_HOME`) away from the user's and from other tests' (the test's own)."""
     from qtpy.QtCore import QSettings
 
     from triton_sam.repository import ENV_MODEL_REPOSITORY
 
     QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, str(tmp_path))
     monkeypatch.setenv(ENV_MODEL_REPOSITORY, str(tmp_path / "no_models"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 @pytest.fixture

@@ -163,9 +163,10 @@ def decoder_model(spec: ModelSpec, reach: float = REACH) -> onnx.ModelProto:
     return _model(nodes, inputs, outputs)
 
 
-def write_repository(spec: ModelSpec, repository: Path, reach: float = REACH) -> Path:
+def write_repository(spec: ModelSpec, repository: Path, reach: float = REACH, seed: int | None = None) -> Path:
     """Write the synthetic encoder and decoder (see `decoder_model` for `reach`), and the session
-    model, under `spec`'s Triton names."""
+    model, under `spec`'s Triton names; with `seed` their weights are named as a random export's
+    (the disk cache keeps features only of named weights)."""
     parts = (
         ("encoder", spec.encoder_name, encoder_model, encoder_config),
         ("decoder", spec.decoder_name, partial(decoder_model, reach=reach), decoder_config),
@@ -180,7 +181,7 @@ def write_repository(spec: ModelSpec, repository: Path, reach: float = REACH) ->
             "component": component,
             "contract_version": contract.CONTRACT_VERSION,
             "checkpoint": "synthetic-test-fixture",
-        }
+        } | ({"seed": seed} if seed is not None else {})
         (version_dir.parent / contract.METADATA_FILE).write_text(json.dumps(metadata))
     write_session_model(spec, repository)
     return Path(repository)

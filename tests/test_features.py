@@ -231,3 +231,18 @@ def test_the_cache_command_says_what_the_disk_cache_holds_and_clears_it(syntheti
     monkeypatch.setenv(ENV_DISK_GB, "lots")
     assert main(["cache", "--dir", str(tmp_path)]) == 2
     assert f"${ENV_DISK_GB} must be a number of gigabytes" in capsys.readouterr().err
+
+
+def test_a_disk_folder_that_cannot_be_written_leaves_the_features_in_memory(synthetic_repository, tmp_path, caplog):
+    """A write that fails (a file where the folder should be: unwritable even for root) is said once
+    and turns the disk off; the encode it followed is not lost and nothing else fails."""
+    engine = CountingEngine(create_engine(TINY, "local", synthetic_repository))
+    engine.weights_id = "synthetic"
+    (tmp_path / "taken").write_text("a file, not a folder")
+    cache = FeatureCache(engine, disk_dir=tmp_path / "taken")
+    with caplog.at_level(logging.WARNING, logger="triton_sam.features"):
+        first = cache.features(_image(4))
+        cache.features(_image(5))
+    assert cache.features(_image(4)) is first and engine.encodes == 2
+    assert f"memory only: {tmp_path / 'taken'} cannot be written (Not a directory)" in cache.disk_error
+    assert caplog.text.count("cannot be written") == 1 and "does not say which weights" not in caplog.text

@@ -702,3 +702,20 @@ def test_tiles_of_a_plane_not_shown_are_prefetched_into_the_cache_until_asked_to
     session.hover(1450, 896)
     preview = session.previews.wait_for(lambda p: p is not None and p.point == (1450, 896))
     assert _on_plane(preview.mask, preview.offset)[_disk(1450, 896, 70)].mean() > 0.95
+
+
+def test_a_cache_given_empty_is_the_one_used(synthetic_repository, tmp_path):
+    """The panel makes its cache (with the disk folder the user chose) before anything is encoded:
+    an empty cache is still the session's and the tiled predictor's, not swapped for a memory-only one."""
+    from triton_sam.features import FeatureCache
+    from triton_sam.tiled_predictor import TiledPredictor
+
+    engine = create_engine(TINY, "local", synthetic_repository)
+    cache = FeatureCache(engine, disk_dir=tmp_path)
+    assert len(cache) == 0
+    session = InteractiveSession(engine, Previews(), cache=cache)
+    with TiledPredictor(TINY.model_id, engine=engine, cache=cache) as predictor:
+        assert session.cache is cache and predictor.cache is cache
+    session.set_plane(("img", 0), IMAGE)
+    assert len(cache) == 1 and session.cache.disk_wanted  # encoded into the cache given, the user's disk choice kept
+    session.close()

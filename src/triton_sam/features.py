@@ -8,7 +8,8 @@ named by their seed, so they are kept like any checkpoint's; an engine that does
 weights keeps nothing on disk, and the log says so once (`backend="auto"` names the local engine's
 when it starts on it: its cache keeps them for the session). The disk cache is bounded (a SAM2.1
 plane's features are 16 MiB: a long session over stacks would otherwise fill a laptop's disk): past
-the bound the files used least recently go, whichever model wrote them.
+the bound the files used least recently go, whichever model wrote them. A folder that cannot be
+written (or a full disk) leaves the features in memory only, and `disk_error` says why.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ class FeatureCache:
             disk_max_mb = default_disk_mb() if self.disk_root is not None else 0.0
         self.disk_max_bytes = int(disk_max_mb * 2**20)
         self.disk_hits = 0
+        self.disk_error: str | None = None  # why features are no longer written to disk
         self._items: OrderedDict[str, ImageFeatures] = OrderedDict()
         self._encoding: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -226,18 +228,35 @@ class FeatureCache:
         )
 
     def _save(self, key: str, features: ImageFeatures) -> None:
-        """Write features atomically (temp file + rename); server-side features have nothing to write."""
+        """Write features to disk; server-side features have nothing to write. A write that fails
+        turns the disk cache off for this cache (memory only) rather than failing the encode."""
         if features.on_server:
             return
-        if self.disk_dir is None:
-            if self.disk_wanted:
+        disk_dir = self.disk_dir  # (another thread's failed write may turn it off meanwhile)
+        if disk_dir is None:
+            if self.disk_wanted and self.disk_error is None:
                 _say_not_kept(self.engine)
             return
-        self.disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # features describe the user's images
-        handle, temp = tempfile.mkstemp(dir=self.disk_dir, suffix=".tmp")
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, **features.host_arrays())
-        os.replace(temp, self.disk_dir / f"{key}.npz")
+        try:
+            self._write(disk_dir, key, features)
+        except OSError as error:
+            self.disk_error = (
+                f"Embeddings are kept in memory only: {self.disk_root} cannot be written "
+                f'({error.strerror or error}). Free or fix that folder, or untick "Keep embeddings on disk".'
+            )
+            logger.warning(self.disk_error)
+            self.disk_dir = None
+
+    def _write(self, disk_dir: Path, key: str, features: ImageFeatures) -> None:
+        """Write features into `disk_dir` atomically (temp file + rename), then keep the disk cache within its bound."""
+        disk_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # features describe the user's images
+        handle, temp = tempfile.mkstemp(dir=disk_dir, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                np.savez(file, **features.host_arrays())
+            os.replace(temp, disk_dir / f"{key}.npz")
+        finally:
+            Path(temp).unlink(missing_ok=True)  # (gone once renamed; a partial file if the disk filled)
         prune_disk(self.disk_root, self.disk_max_bytes)
 
     def _evict(self) -> None:

@@ -64,7 +64,7 @@ class InteractiveSession:
         self.engine = engine
         self.owns_engine = owns_engine
         self.spec = engine.spec
-        self.cache = cache or FeatureCache(engine)
+        self.cache = cache if cache is not None else FeatureCache(engine)  # an empty one given too
         self.decoder = ObjectDecoder(engine, mask_threshold)
         self.next_object_id = 1
         self._on_preview = on_preview

@@ -44,7 +44,7 @@ class TiledPredictor(EngineOwner):
     ) -> None:
         self.spec = get_model(model)
         self.engine = engine or create_engine(self.spec, backend, model_repository, **engine_options)
-        self.cache = cache or FeatureCache(self.engine)
+        self.cache = cache if cache is not None else FeatureCache(self.engine)
         self.overlap = overlap
         self.mask_threshold = mask_threshold
         self._plane: Plane | None = None

@@ -12,8 +12,10 @@ Prints "survived" at the end.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 import napari
 import numpy as np
@@ -52,6 +54,13 @@ def open_section(widget, key: str) -> None:
         QTest.mouseClick(section.toggleButton(), LEFT)
     content = section.content()
     wait_until(lambda: content.height() >= content.sizeHint().height(), timeout_s=5)
+
+
+def keep_private(settings_dir: str) -> None:
+    """The panel's settings and its disk cache of embeddings go under `settings_dir`: the scenario
+    reads nothing the user's panel or another run kept."""
+    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, settings_dir)
+    os.environ["XDG_CACHE_HOME"] = str(Path(settings_dir) / "cache")
 
 
 def open_panel(repository: str):
@@ -120,6 +129,6 @@ def close_mid_work(repository: str, work: str) -> None:
 
 if __name__ == "__main__":
     scenario, repository, settings_dir, argument = sys.argv[1:5]
-    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, settings_dir)
+    keep_private(settings_dir)
     {"helper-layers": helper_layers, "close-mid-work": close_mid_work}[scenario](repository, argument)
     print("survived", flush=True)

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import tifffile
 from PIL import Image
-from process_scenarios import open_panel, open_section, settle, wait_until
-from qtpy.QtCore import QEvent, QSettings, Qt
+from process_scenarios import keep_private, open_panel, open_section, settle, wait_until
+from qtpy.QtCore import QEvent, Qt
 from qtpy.QtTest import QTest
 
 from benchmarks.gui import send_mouse
@@ -162,7 +162,7 @@ def resume(viewer, widget, folder: Path) -> None:
 
 if __name__ == "__main__":
     scenario, repository, settings_dir, folder = sys.argv[1:5]
-    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope, settings_dir)
+    keep_private(settings_dir)
     viewer, widget = open_panel(repository)
     {"annotate": annotate, "resume": resume}[scenario](viewer, widget, Path(folder))
     print("survived", flush=True)

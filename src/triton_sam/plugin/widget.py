@@ -390,14 +390,17 @@ class TritonSamWidget(QWidget):
         self.say_ready()
 
     def say_ready(self, news: str = "", figures: str = "") -> None:
-        """The plane on screen is ready (the status says how to segment), or `news` of its encoding
-        came; `figures` (how long it took) go to the tooltip, the engine to its label. In 3D view the
-        3D hint stays (work may finish after the switch)."""
+        """The plane on screen is ready (the status says how to segment, and if the disk cache cannot
+        be written, that features stay in memory), or `news` of its encoding came; `figures` (how long
+        it took) go to the tooltip, the engine to its label. In 3D view the 3D hint stays (work may
+        finish after the switch)."""
+        ready = READY.format(**self.form.keys)
         if self.session is not None:
             self.form.status.show_engine(self.session.engine.describe())
+            ready = "\n".join(filter(None, [ready, self.session.cache.disk_error]))  # (a folder that cannot be written)
         if figures:
             self.form.status.set_figure("encoding", figures)
-        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else news or READY.format(**self.form.keys))
+        self.form.set_status(THREE_D_STATUS if self.viewer.dims.ndisplay == 3 else news or ready)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._detach()
