@@ -19,13 +19,17 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import start_server
+from synthetic import disk_image
 from triton_sam import contract
+from triton_sam.engines import TritonConnection
+from triton_sam.engines.triton import TritonEngine
 from triton_sam.engines.triton_client import infer_inputs
+from triton_sam.image import encoder_input
+from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.server.local import LocalTritonServer, free_ports
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy" / "haproxy.cfg"
-IMAGE_HEADER = "triton-sam-image"
 SESSION = get_model("sam2.1_hiera_tiny").session_name
 IMAGES = 24
 OUTCOMES = ("encoded", "decoded")  # of the session model's requests, counted per server
@@ -126,7 +130,7 @@ def signature(pixels: np.ndarray) -> str:
 def encode_and_decode(client: grpcclient.InferenceServerClient, pixels: np.ndarray) -> None:
     """An image's encode then a click on it, both carrying its signature: the click finds the
     features only on the server that encoded them (elsewhere it fails with UNKNOWN_HANDLE)."""
-    headers = {IMAGE_HEADER: signature(pixels)}
+    headers = {contract.AFFINITY_HEADER: signature(pixels)}
     encoded = client.infer(SESSION, infer_inputs({contract.ENCODER_INPUT: pixels}), headers=headers, client_timeout=30)
     click = {
         contract.HANDLE: encoded.as_numpy(contract.HANDLE).reshape(1, 1),
@@ -162,6 +166,27 @@ def test_each_image_stays_on_one_server_and_images_spread(balancer, servers):
     assert placement(balancer, servers, range(IMAGES)) == first  # again: each image where it was
     per_server = {name: list(first.values()).count(name) for name in servers}
     assert min(per_server.values()) >= IMAGES // 6, per_server  # all used, none far below its third
+
+
+def test_our_engine_through_the_balancer_finds_each_image_where_it_was_encoded(balancer, servers):
+    """The header our client sends keeps every image's decodes on the server that holds its features:
+    no decode is answered "unknown handle" (which would cost a re-encode), and the images spread."""
+    spec = get_model("sam2.1_hiera_tiny")
+    images = [disk_image(96, 128, [(30 + 4 * i, 60, 20)]) for i in range(IMAGES)]
+    click = model_request(spec, (96, 128), point_coords=np.array([[40.0, 60.0]], np.float32), point_labels=np.array([1]))
+    before = {name: server.session_requests(SESSION) for name, server in servers.items()}
+    engine = TritonEngine(spec, TritonConnection(balancer.url))
+    try:
+        for features in [engine.encode(encoder_input(pixels, spec)) for pixels in images]:
+            engine.decode(features, click)
+            engine.decode(features, click)
+        assert engine.reencodes == 0
+    finally:
+        engine.close()
+    after = {name: server.session_requests(SESSION) for name, server in servers.items()}
+    change = {name: [after[name].get(k, 0) - before[name].get(k, 0) for k in OUTCOMES] for name in servers}
+    assert sum(encoded for encoded, _ in change.values()) == IMAGES
+    assert all(decoded == 2 * encoded and encoded >= IMAGES // 6 for encoded, decoded in change.values()), change
 
 
 def test_a_stopped_server_s_images_move_and_the_others_stay(balancer, servers):
