@@ -170,7 +170,7 @@ def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segme
     widget.close_session()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # one test's: stopped before the next test starts (gigabytes while it holds ViT-B)
 def vit_b_lm_server(vit_b_lm_export):
     server = start_server(vit_b_lm_export[2])
     yield server

@@ -43,7 +43,11 @@ def _has_cuda_device() -> bool:
 def ort_session(path: Path) -> "ort.InferenceSession":
     """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs
     errors). ONNX Runtime falls back to the CPU when it cannot load its CUDA libraries (CUDA and
-    cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log."""
+    cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log.
+
+    On the CPU, without ONNX Runtime's arena and memory patterns: an arena keeps its largest run's
+    intermediates for good (ViT-B's global attention, gigabytes per encoded image, in the encoder
+    model and again in the session model), so each run's are freed when it ends."""
     providers = ["CPUExecutionProvider"]
     if "CUDAExecutionProvider" in ort.get_available_providers() and _has_cuda_device():
         if hasattr(ort, "preload_dlls"):
@@ -51,6 +55,8 @@ def ort_session(path: Path) -> "ort.InferenceSession":
         providers.insert(0, "CUDAExecutionProvider")
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if providers == ["CPUExecutionProvider"]:
+        options.enable_cpu_mem_arena = options.enable_mem_pattern = False
     session = ort.InferenceSession(str(path), options, providers=providers)
     if providers[0] not in session.get_providers():
         pb_utils.Logger.log_warn(
