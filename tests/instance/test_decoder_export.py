@@ -55,3 +55,23 @@ def test_a_decoder_for_a_model_without_one_is_refused_before_exporting(tmp_path)
     done = subprocess.run([sys.executable, "-m", "triton_sam.cli", *command], capture_output=True, text=True)
     assert done.returncode == 2 and "sam_vit_b has no instance-segmentation decoder" in done.stderr
     assert not (tmp_path / "repo").exists()
+
+
+def test_a_widening_upsampler_block_folds_into_one_convolution_equal_to_torch_ems():
+    """deconv1's 1 x 1 convolution folded into its 3 x 3 one: the same output, border included
+    (where the 3 x 3 pads the 1 x 1's output, bias and all, with zeros)."""
+    require_export_extra()
+    import torch
+    from torch_em.model.unetr import Deconv2DBlock
+
+    from triton_sam.export.instance_decoder_onnx import _UpsampleThenFoldedConv, _widens_after_bilinear
+
+    torch.manual_seed(0)
+    block = Deconv2DBlock(8, 16, use_conv_transpose=False).eval()
+    assert _widens_after_bilinear(block) and not _widens_after_bilinear(Deconv2DBlock(16, 8, use_conv_transpose=False))
+    upsampler, conv = block.block[0], block.block[1].block
+    torch.nn.init.normal_(upsampler.conv.bias)  # torch_em's initial biases are small: make the border count
+    x = torch.randn(1, 8, 12, 10)
+    with torch.no_grad():
+        expected, folded = conv(upsampler(x)), _UpsampleThenFoldedConv(upsampler, conv)(x)
+    torch.testing.assert_close(folded, expected, rtol=1e-5, atol=1e-5)

@@ -63,13 +63,51 @@ class _ConvThenUpsample(nn.Module):
         return F.interpolate(self.conv(x), scale_factor=self.scale_factor, mode=self.mode, align_corners=False)
 
 
+class _UpsampleThenFoldedConv(nn.Module):
+    """A bilinear `Upsampler2d` and the 3 x 3 convolution after it (torch_em's `Deconv2DBlock`) as
+    one convolution on the upsampled input: the 1 x 1 convolution folded into the 3 x 3 one, which
+    then reads the block's narrower input (deconv1: 256 channels, not 512; half the work). The
+    1 x 1's bias is zero-padded at the border like the rest of its output: a channel of ones,
+    zero-padded alike, carries it through the 3 x 3 weights."""
+
+    def __init__(self, upsampler: nn.Module, conv: nn.Conv2d) -> None:
+        super().__init__()
+        pointwise, spatial = upsampler.conv.weight.double()[:, :, 0, 0], conv.weight.double()
+        weight = torch.einsum("omyx,mi->oiyx", spatial, pointwise)
+        bias_weight = torch.einsum("omyx,m->oyx", spatial, upsampler.conv.bias.double()).unsqueeze(1)
+        self.conv = nn.Conv2d(weight.shape[1] + 1, weight.shape[0], conv.kernel_size, padding=conv.padding)
+        self.conv.weight.data = torch.cat([weight, bias_weight], dim=1).float()
+        self.conv.bias.data = conv.bias.data.clone()
+        self.scale_factor, self.mode = upsampler.scale_factor, upsampler.mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
+        return self.conv(F.interpolate(x, scale_factor=self.scale_factor, mode=self.mode, align_corners=False))
+
+
+def _widens_after_bilinear(block: nn.Module) -> bool:
+    """Whether `block` is a `Deconv2DBlock` with a bilinear `Upsampler2d` to more channels than it reads."""
+    from torch_em.model.unet import Upsampler2d
+    from torch_em.model.unetr import Deconv2DBlock
+
+    if not isinstance(block, Deconv2DBlock) or not isinstance(block.block[0], Upsampler2d):
+        return False
+    conv = block.block[0].conv
+    return block.block[0].mode == "bilinear" and conv.in_channels < conv.out_channels
+
+
 def _for_inference(module: nn.Module) -> nn.Module:
-    """`module` with each `BatchNorm2d` inside replaced by `_ImageStatsNorm` and each bilinear
-    `Upsampler2d` by `_ConvThenUpsample`."""
+    """`module` with each `BatchNorm2d` inside replaced by `_ImageStatsNorm`, the upsampler and
+    convolution of each widening `Deconv2DBlock` by `_UpsampleThenFoldedConv` and each other
+    bilinear `Upsampler2d` by `_ConvThenUpsample`."""
     from torch_em.model.unet import Upsampler2d
 
     for name, child in module.named_children():
-        if isinstance(child, nn.BatchNorm2d):
+        if _widens_after_bilinear(child):
+            upsampler, single_conv, *rest = child.block
+            child.block = nn.Sequential(_UpsampleThenFoldedConv(upsampler, single_conv.block), *rest)
+            _for_inference(child)
+        elif isinstance(child, nn.BatchNorm2d):
             setattr(module, name, _ImageStatsNorm(child))
         elif isinstance(child, Upsampler2d) and child.mode == "bilinear":
             setattr(module, name, _ConvThenUpsample(child))
