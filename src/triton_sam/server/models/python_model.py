@@ -20,7 +20,7 @@ will give). A request with `image_hw` gets micro-sam's instance-segmentation map
 (`triton_sam_instance.py`).
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
-`1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept),
+`1/model.onnx` it runs), `cache_size` (images kept on each device), `logits_cache_size` (masks kept),
 `encode_batch` (new images of one shape and device, from the requests of one run, encoded together: a
 large plane's tiles; 1 where absent) and `feature_buffers` ("auto": on a GPU the
 features stay in GPU memory, one slot per image, and the decoder reads them there; "on": the same
