@@ -185,6 +185,10 @@ INSTANCE_MAPS = "instance_maps"  # its output: foreground, center and boundary d
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome} on Triton's metrics endpoint
 # What the session model did with a request, the metric's `outcome` (its description lists them from here).
 SESSION_REQUEST_OUTCOMES = ("encoded", "decoded", "video", "instance_maps", "cancelled_queued", "cancelled_running", "failed")
+# What each device of the session model did ({model, device}): images encoded there, prompt sets decoded there.
+DEVICE_ENCODED_METRIC = "triton_sam_session_device_encoded_images_total"
+DEVICE_DECODED_METRIC = "triton_sam_session_device_decoded_rows_total"
+DEVICES_ENV = "TRITON_SAM_DEVICES"  # devices the session model drives: at most this many GPUs, or CPU stand-ins
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
 # gRPC metadata of every request about one image: its content signature (hex), so that a balancer

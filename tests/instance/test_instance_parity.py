@@ -144,7 +144,7 @@ def test_through_a_triton_server_as_locally(server, theirs, ours):
     sent), loaded by the first request for maps: its maps equal the local engine's, and so
     micro-sam's; `backend="auto"` forwards them."""
     segmenter, local_maps = ours
-    loaded = "vit_b_lm: instance decoder loaded for the first instance-maps request"
+    loaded = "vit_b_lm: instance decoder loaded on device 0 for its first instance-maps request"
     with Predictor("vit_b_lm", backend="auto", url=server.grpc_url) as remote:
         assert loaded not in server.log_path.read_text()  # started, the model ready: its decoder not loaded
         served = InstanceSegmenter(remote)

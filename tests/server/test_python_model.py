@@ -144,7 +144,8 @@ def _session_model(
         contract.ENCODE_BATCH_PARAMETER: str(encode_batch),
     }
     counts = python_model.RequestCounts(spec.session_name)  # its outcomes checked, as on a server
-    return python_model.SessionModel(repository, params, counts, repository / spec.session_name / "1")
+    device_counts = python_model.DeviceCounts(spec.session_name)
+    return python_model.SessionModel(repository, params, counts, repository / spec.session_name / "1", device_counts)
 
 
 def test_the_python_model_imports_the_contract_and_the_array_helpers_written_next_to_it(python_model):
@@ -214,7 +215,7 @@ def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_r
     in place, several gathered; a full cache evicts the oldest image and reuses its slot."""
     plain = _session_model(python_model, synthetic_repository, "off", cache_size=2)
     buffered = _session_model(python_model, synthetic_repository, "on", cache_size=2)
-    assert type(buffered.cache).__name__ == "BufferFeatureStore"
+    assert type(buffered.devices[0].cache).__name__ == "BufferFeatureStore"
     first, second, third = _images()
     handles = [_encode(model, first) for model in (plain, buffered)]
     assert handles[0] == handles[1]
@@ -274,14 +275,14 @@ def test_images_of_one_shape_are_encoded_together_as_one_by_one(python_model, sy
     batch of one shape at a time; each keeps what it gets encoded alone."""
     plain = _session_model(python_model, synthetic_repository, "off")
     batched = _session_model(python_model, synthetic_repository, buffers, encode_batch=4)
-    batched.encoder = _CountedRuns(batched.encoder)
+    batched.devices[0].encoder = _CountedRuns(batched.devices[0].encoder)
     images, other = _same_shape_images(6), _images()[1]
     _encode(batched, images[0])  # cached: not encoded again
-    batched.encoder.runs = 0
+    batched.devices[0].encoder.runs = 0
     first = _Request(image=np.stack(images[:4]))
     second = _Request(image=np.stack([images[i] for i in (5, 3, 4)]))  # image 3 twice, across the requests
     responses = batched.run([first, _Request(image=other[None]), second])
-    assert batched.encoder.runs == 3  # images 1-4, image 5, the other shape
+    assert batched.devices[0].encoder.runs == 3  # images 1-4, image 5, the other shape
     handles = [[h[0].decode() for h in r.outputs[contract.HANDLE]] for r in responses]
     expected = [[_encode(plain, i) for i in images[:4]], [_encode(plain, other)], [_encode(plain, images[i]) for i in (5, 3, 4)]]
     assert handles == expected
@@ -297,9 +298,9 @@ def test_a_batch_fills_free_slots_that_are_not_side_by_side(python_model, synthe
     handles = [_encode(batched, image) for image in images[:4]]  # slots 0-3
     _decode(batched, [handles[1]], [[[1.0, 1.0]]])
     _decode(batched, [handles[3]], [[[1.0, 1.0]]])  # slots 0 and 2 are now the least recently used
-    batched.encoder = _CountedRuns(batched.encoder)
+    batched.devices[0].encoder = _CountedRuns(batched.devices[0].encoder)
     (response,) = batched.run([_Request(image=np.stack(images[4:]))])
-    assert batched.encoder.runs == 2 and sorted(batched.cache._items.values()) == [0, 1, 2, 3]
+    assert batched.devices[0].encoder.runs == 2 and sorted(batched.devices[0].cache._items.values()) == [0, 1, 2, 3]
     new = [h[0].decode() for h in response.outputs[contract.HANDLE]]
     assert [_encode(plain, image) for image in images] == handles + new
     _assert_decode_alike(batched, plain, [handles[1], handles[3], *new])
@@ -333,7 +334,7 @@ def test_a_batch_the_encoder_cannot_take_is_encoded_one_by_one_and_so_is_all_aft
 ):
     plain = _session_model(python_model, synthetic_repository, "off")
     batched = _session_model(python_model, synthetic_repository, buffers, encode_batch=4)
-    batched.encoder = _NoBatches(batched.encoder)
+    batched.devices[0].encoder = _NoBatches(batched.devices[0].encoder)
     images = _same_shape_images(5)
     (response,) = batched.run([_Request(image=np.stack(images[:3]))])
     assert response.error is None and batched.encode_batch == 1
@@ -359,10 +360,10 @@ def test_a_gpu_onnx_runtime_cannot_use_is_said_in_the_log_and_the_model_runs_on_
         pytest.skip("a real GPU: ONNX Runtime may find its libraries")
     assert "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu, as installed on Linux
     requests = sys.modules[python_model.ort_session.__module__]  # triton_sam_requests.py, next to model.py
-    monkeypatch.setattr(requests, "_has_cuda_device", lambda: True)
+    monkeypatch.setattr(requests, "cuda_devices", lambda: 1)
     _Logger.warnings.clear()
     model = _session_model(python_model, synthetic_repository, "off")
-    assert model.decoder.get_providers() == ["CPUExecutionProvider"] and not model.batch_decodes
+    assert model.devices[0].decoder.get_providers() == ["CPUExecutionProvider"] and not model.batch_decodes
     assert len(_Logger.warnings) == 2 and all("could not load its CUDA libraries" in w for w in _Logger.warnings)
     assert TINY.encoder_name in _Logger.warnings[0] and TINY.decoder_name in _Logger.warnings[1]
 
@@ -371,7 +372,7 @@ def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthe
     model = _session_model(python_model, synthetic_repository, "on")
     (response,) = model.run([_Request(image=np.zeros((1, 8, 8, 2), np.uint8))])
     assert response.error.code == _Error.INVALID_ARG and "uint8 [B, H, W, 1 or 3]" in response.error.message
-    assert len(model.cache.free) == model.cache.capacity
+    assert len(model.devices[0].cache.free) == model.devices[0].cache.capacity
 
 
 def test_the_video_graphs_track_with_the_clients_names():
@@ -490,7 +491,9 @@ def test_masks_from_the_crop_of_a_masks_only_decode_are_the_whole_logits_masks(p
                 (contract.MULTI_MASKS, contract.MULTI_MASK_CROP, 3),
             ):
                 logits = np.concatenate([_blobs(rng, size) for _ in range(candidates)], axis=1)
-                cropped = python_model._cropped_above({name: logits}, np.array([threshold], np.float32), [crop_name])
+                cropped = sys.modules["triton_sam_decodes"].cropped_above(
+                    {name: logits}, np.array([threshold], np.float32), [crop_name]
+                )
                 crop, box = cropped[crop_name], cropped[contract.CROP_BOX]
                 assert crop.shape[-2:] != (size, size)  # the test would show nothing otherwise
                 restored = uncropped(crop, box, threshold, size)

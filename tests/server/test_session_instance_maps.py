@@ -57,7 +57,7 @@ def test_maps_come_at_the_image_size_or_as_its_region_whichever_is_smaller_and_r
         ours = maps[0] if answered_hw == image_hw else resized(maps[0], image_hw)
         expected = local.instance_maps(local.encode(image), image_hw)
         assert 0.2 < expected.std() and np.abs(ours - expected).max() < 1e-5
-    assert _decoder_loads() == [f"{VIT_T.model_id}: instance decoder loaded for the first instance-maps request"]
+    assert _decoder_loads() == [f"{VIT_T.model_id}: instance decoder loaded on device 0 for its first instance-maps request"]
 
 
 def _decoder_loads() -> list[str]:

@@ -28,7 +28,14 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from ..contract import API_KEY_GRPC_HEADER, API_KEY_NAME, ENCODE_BATCH_PARAMETER, SESSION_REQUESTS_METRIC
+from ..contract import (
+    API_KEY_GRPC_HEADER,
+    API_KEY_NAME,
+    DEVICE_DECODED_METRIC,
+    DEVICE_ENCODED_METRIC,
+    ENCODE_BATCH_PARAMETER,
+    SESSION_REQUESTS_METRIC,
+)
 from ..errors import ServerUnavailableError, TritonSamError
 from ..gpu import cuda_device_count
 from ..repository import read_metadata
@@ -156,15 +163,20 @@ def serving_repository(
     return view
 
 
-def session_request_counts(text: str, model_name: str) -> dict[str, int]:
-    """The session model's request counters by outcome, from Triton's Prometheus metrics text."""
+def metric_counts(text: str, metric: str, model_name: str, label: str) -> dict[str, int]:
+    """Counter `metric` of model `model_name` by the value of its `label`, from Triton's Prometheus
+    metrics text."""
     counts = {}
     for line in text.splitlines():
-        if line.startswith(SESSION_REQUESTS_METRIC + "{") and f'model="{model_name}"' in line:
+        if line.startswith(metric + "{") and f'model="{model_name}"' in line:
             labels, value = line.rsplit(" ", 1)
-            outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
-            counts[outcome] = int(float(value))
+            counts[labels.split(f'{label}="', 1)[1].split('"', 1)[0]] = int(float(value))
     return counts
+
+
+def session_request_counts(text: str, model_name: str) -> dict[str, int]:
+    """The session model's request counters by outcome, from Triton's Prometheus metrics text."""
+    return metric_counts(text, SESSION_REQUESTS_METRIC, model_name, "outcome")
 
 
 class LocalTritonServer:
@@ -209,10 +221,23 @@ class LocalTritonServer:
 
     def session_requests(self, model_name: str) -> dict[str, int]:
         """What the session model `model_name` did with its requests so far, by outcome."""
+        return session_request_counts(self.metrics(), model_name)
+
+    def device_work(self, model_name: str) -> dict[str, dict[str, int]]:
+        """What each device of the session model `model_name` did so far: images "encoded" and
+        prompt sets "decoded", by device index."""
+        text = self.metrics()
+        return {
+            work: metric_counts(text, metric, model_name, "device")
+            for work, metric in (("encoded", DEVICE_ENCODED_METRIC), ("decoded", DEVICE_DECODED_METRIC))
+        }
+
+    def metrics(self) -> str:
+        """Triton's Prometheus metrics text."""
         url = f"http://{self.host}:{self.ports['metrics']}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
-                return session_request_counts(response.read().decode(), model_name)
+                return response.read().decode()
         except urllib.error.URLError as error:
             state = "is running" if self.is_running() else f"exited with code {self._process and self._process.returncode}"
             message = f"Triton's metrics at {url} did not answer ({error.reason}); the server {state}."

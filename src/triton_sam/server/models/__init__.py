@@ -14,6 +14,8 @@ REQUESTS_FILE = "triton_sam_requests.py"  # inputs, responses, errors and sessio
 VOLUMES_FILE = "triton_sam_volumes.py"  # the session model's volume requests
 VIDEO_GRAPHS_FILE = "triton_sam_video.py"
 INSTANCE_FILE = "triton_sam_instance.py"  # the session model's instance-segmentation requests
+DECODES_FILE = "triton_sam_decodes.py"  # what a decode request asks for and how its answer is shaped
+DEVICES_FILE = "triton_sam_devices.py"  # the session model's devices and where an image's features live
 
 
 def python_model_source() -> str:
@@ -25,7 +27,16 @@ def python_model_source() -> str:
 def helper_sources() -> dict[str, str]:
     """File name -> text of the modules `model.py` imports, written next to it."""
     sources = {CONTRACT_FILE: resources.files("triton_sam").joinpath("contract.py").read_text()}
-    for name in (ARRAYS_FILE, FEATURE_STORES_FILE, REQUESTS_FILE, VOLUMES_FILE, VIDEO_GRAPHS_FILE, INSTANCE_FILE):
+    for name in (
+        ARRAYS_FILE,
+        FEATURE_STORES_FILE,
+        REQUESTS_FILE,
+        VOLUMES_FILE,
+        VIDEO_GRAPHS_FILE,
+        INSTANCE_FILE,
+        DECODES_FILE,
+        DEVICES_FILE,
+    ):
         sources[name] = resources.files(__name__).joinpath(name).read_text()
     return sources
 

@@ -7,7 +7,8 @@ gets mask logits back under the decoder's output names; with `crop_threshold` it
 `single_mask_crop` or `masks_crop` and `crop_box` instead of `single_mask` or `masks`: the mask
 logits only around the samples above that threshold (a hover preview's or a click's, sent often
 over a user's network). Features live in a bounded LRU in this process, so the model runs as one
-instance. An unknown or evicted handle fails with NOT_FOUND
+instance, which drives every visible GPU: each image's features on the GPU its signature picks
+(`triton_sam_devices.py`, which also says why not one instance per GPU). An unknown or evicted handle fails with NOT_FOUND
 and a message starting with `UNKNOWN_HANDLE`; clients re-encode and retry. A decode with
 `keep_logits` keeps the mask logits it answers (another LRU; clamped to +-`mask_input_clamp` where
 the config gives one, as the official predictor hands them back) under the signature of their
@@ -19,14 +20,15 @@ will give). A request with `image_hw` gets micro-sam's instance-segmentation map
 (`triton_sam_instance.py`).
 
 Parameters in config.pbtxt: `encoder_model`, `decoder_model` (sibling models whose
-`1/model.onnx` it runs), `cache_size` (images kept), `logits_cache_size` (masks kept),
-`encode_batch` (new images of one shape, from the requests of one run, encoded together: a large
-plane's tiles; 1 where absent) and `feature_buffers` ("auto": on a GPU the
+`1/model.onnx` it runs), `cache_size` (images kept on each device), `logits_cache_size` (masks kept),
+`encode_batch` (new images of one shape and device, from the requests of one run, encoded together: a
+large plane's tiles; 1 where absent) and `feature_buffers` ("auto": on a GPU the
 features stay in GPU memory, one slot per image, and the decoder reads them there; "on": the same
 buffers in host memory, for tests; "off": numpy arrays). Rows of a batched decode are gathered
 from the slots by `gather_features.onnx`, written next to this file. What it did with each request is counted
 on Triton's metrics endpoint as `triton_sam_session_requests_total{model, outcome}` (Triton's own
-statistics count a request cancelled here as a success).
+statistics count a request cancelled here as a success), and by device as
+`triton_sam_session_device_{encoded_images,decoded_rows}_total{model, device}`.
 
 ONNX model (`encoder` / `decoder`): runs the `model.onnx` next to it. The Triton server of
 nvidia-pytriton has only the python backend, so `triton-sam serve` uses this in place of the
@@ -37,7 +39,8 @@ written next to it (`server.models.write_python_model`), never triton-sam: the s
 the NGC tritonserver image and in the server of `triton-sam serve`. Next to it: the tensor
 contract (`triton_sam_contract.py`, triton-sam's `contract.py`), the array computations the
 client does alike (`triton_sam_arrays.py`), the feature stores (`triton_sam_features.py`), the
-video graphs (`triton_sam_video.py`) and the instance-segmentation requests (`triton_sam_instance.py`).
+video graphs (`triton_sam_video.py`), the instance-segmentation requests (`triton_sam_instance.py`)
+and the devices (`triton_sam_devices.py`).
 """
 
 import json
@@ -59,8 +62,10 @@ except ImportError as error:  # said in Triton's log when the model fails to loa
 
 sys.path.insert(0, str(Path(__file__).parent))  # the modules written next to this file
 import triton_sam_contract as contract  # noqa: E402 (triton_sam/contract.py)
-from triton_sam_arrays import best_candidate, content_signature, crop_box, logits_signature  # noqa: E402
-from triton_sam_features import BufferFeatureStore, FeatureStore, LruStore  # noqa: E402
+from triton_sam_arrays import best_candidate, content_signature, logits_signature  # noqa: E402
+from triton_sam_decodes import answered_masks, crop_threshold, cropped_above, decoder_outputs, in_row_order, taken  # noqa: E402
+from triton_sam_devices import DeviceCounts, DeviceRuns, placed, session_devices  # noqa: E402
+from triton_sam_features import LruStore  # noqa: E402
 from triton_sam_instance import InstanceRequests  # noqa: E402
 from triton_sam_requests import (  # noqa: E402
     Cancelled,
@@ -80,7 +85,6 @@ from triton_sam_requests import (  # noqa: E402
 from triton_sam_volumes import video_requests  # noqa: E402
 
 IMAGE, HANDLE = contract.ENCODER_INPUT, contract.HANDLE
-CROPS = {contract.SINGLE_MASK: contract.SINGLE_MASK_CROP, contract.MULTI_MASKS: contract.MULTI_MASK_CROP}  # output -> its crop
 
 
 class RequestCounts:
@@ -114,7 +118,8 @@ class TritonPythonModel:
         model_dir = Path(args["model_repository"])
         if params.get(contract.COMPONENT_PARAMETER) == "session":
             version_dir = model_dir / args["model_version"]
-            self.model = SessionModel(model_dir.parent, params, RequestCounts(config["name"]), version_dir)
+            counts = RequestCounts(config["name"])
+            self.model = SessionModel(model_dir.parent, params, counts, version_dir, DeviceCounts(config["name"]))
         else:
             self.model = OnnxModel(model_dir / args["model_version"] / "model.onnx", config)
 
@@ -156,37 +161,48 @@ class OnnxModel:
 
 
 class _Decode(NamedTuple):
-    """One decode request as read: its rows (cached features), prompts, crop thresholds (or None),
-    whether to keep the mask logits it answers and whether its single mask is the best candidate."""
+    """One decode request as read: its rows (cached features) and the devices holding them,
+    prompts, crop thresholds (or None), whether to keep the mask logits it answers and whether its
+    single mask is the best candidate."""
 
     request: object
     rows: list
+    places: list
     prompts: dict
     crop: object
     keep: bool
     best: bool
 
 
+class _Part(NamedTuple):
+    """The rows of a decode request on one device: their positions in the request."""
+
+    decode: _Decode
+    positions: list
+
+
 class SessionModel:
     """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks).
 
     On a GPU, decodes that arrive together (dynamic batching) with the same number of points run
-    as one decoder call. On a CPU each runs alone: there a batch costs as much compute as its rows
-    and copies every row's features (BENCHMARKS.md, annotators: batching is slower there).
+    as one decoder call per device. On a CPU each runs alone: there a batch costs as much compute as
+    its rows and copies every row's features (BENCHMARKS.md, annotators: batching is slower there).
     """
 
-    def __init__(self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path) -> None:
-        self.counts = counts
+    def __init__(
+        self, repository: Path, params: dict, counts: RequestCounts, model_dir: Path, device_counts: DeviceCounts
+    ) -> None:
+        self.counts, self.device_counts = counts, device_counts
         self.model_id = params[contract.MODEL_ID_PARAMETER]
-        self.encoder = ort_session(repository / params[contract.ENCODER_MODEL_PARAMETER] / "1" / "model.onnx")
-        self.decoder = ort_session(repository / params[contract.DECODER_MODEL_PARAMETER] / "1" / "model.onnx")
-        low_res = {i.name: i.shape for i in self.decoder.get_inputs()}[contract.MASK_INPUT][-1]
+        self.devices = session_devices(repository, params, model_dir)
+        self.device_runs = DeviceRuns(self.devices)
+        decoder = self.devices[0].decoder
+        low_res = {i.name: i.shape for i in decoder.get_inputs()}[contract.MASK_INPUT][-1]
         self.low_res = low_res if isinstance(low_res, int) else 256
-        on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
-        self.batch_decodes = on_gpu
-        self.cache = _feature_store(self.encoder, self.decoder, params, on_gpu, model_dir)
-        # Images to one encoder run: what the config says, at most what the cache holds.
-        self.encode_batch = min(max(1, int(params.get(contract.ENCODE_BATCH_PARAMETER) or 1)), self.cache.capacity)
+        self.batch_decodes = self.devices[0].on_gpu
+        # Images to one encoder run: what the config says, at most what a device's cache holds.
+        capacity = self.devices[0].cache.capacity
+        self.encode_batch = min(max(1, int(params.get(contract.ENCODE_BATCH_PARAMETER) or 1)), capacity)
         self.kept_logits = LruStore(int(params.get(contract.LOGITS_CACHE_SIZE_PARAMETER, "256")))
         self.mask_input_clamp = (
             float(params[contract.MASK_INPUT_CLAMP_PARAMETER]) if params.get(contract.MASK_INPUT_CLAMP_PARAMETER) else None
@@ -206,29 +222,31 @@ class SessionModel:
                     responses[id(request)] = self.video.run(request, self._host_features(request))
                     self.counts.add("video")
                 elif self.instances.handles(request):
-                    responses[id(request)] = self.instances.run(request, self.cache, self._row(request))
+                    responses[id(request)] = self.instances.run(request, *self._row(request))
                     self.counts.add("instance_maps")
                 else:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = failure(error)
-        groups: dict = {}  # (points, outputs) -> [_Decode]
+        groups: dict = {}  # (device, points, outputs) -> [_Part]
         for request in decodes:
             try:
-                rows, prompts = self._decode_inputs(request)
-                crop = _crop_threshold(request, len(rows))
+                rows, places, prompts = self._decode_inputs(request)
+                crop = crop_threshold(request, len(rows))
                 keep, best = flag(request, contract.KEEP_LOGITS), flag(request, contract.BEST_OF_MULTIMASK)
             except (UnknownHandle, ValueError, KeyError) as error:
                 self.counts.add("failed")
                 responses[id(request)] = failure(error)
                 continue
-            key = (prompts[contract.POINT_COORDS].shape[1], tuple(_decoder_outputs(request, crop is not None, best)))
+            decode = _Decode(request, rows, places, prompts, crop, keep, best)
+            key = (prompts[contract.POINT_COORDS].shape[1], tuple(decoder_outputs(request, crop is not None, best)))
             if not self.batch_decodes:
                 key += (id(request),)
-            groups.setdefault(key, []).append(_Decode(request, rows, prompts, crop, keep, best))
-        for (_, wanted, *_), members in groups.items():
-            responses.update(self._decode_together(list(wanted), members))
+            for device in dict.fromkeys(places):
+                positions = [i for i, place in enumerate(places) if place is device]
+                groups.setdefault((device.index, *key), []).append(_Part(decode, positions))
+        responses.update(self._decode_groups(groups))
         return [responses[id(r)] for r in requests]
 
     def _encode(self, requests: list) -> dict:
@@ -244,57 +262,72 @@ class SessionModel:
                 responses[id(request)] = failure(error)
                 continue
             handles[id(request)] = [content_signature(image, self.model_id) for image in images]
-            new.update((h, image) for h, image in zip(handles[id(request)], images) if h not in self.cache)
-        by_shape: dict = {}
+            new.update((h, image) for h, image in zip(handles[id(request)], images) if h not in placed(self.devices, h).cache)
+        by_device: dict = {}  # device index -> {shape -> [handle]}
         for handle, image in new.items():
-            by_shape.setdefault(image.shape, []).append(handle)
-        for group in by_shape.values():
-            start = 0
-            while start < len(group):
-                batch = group[start : start + self.encode_batch]
-                self._encode_together(batch, [new[h] for h in batch])
-                start += len(batch)
+            by_device.setdefault(placed(self.devices, handle).index, {}).setdefault(image.shape, []).append(handle)
+        work = {
+            index: (lambda d=self.devices[index], g=groups: self._encode_on(d, g, new)) for index, groups in by_device.items()
+        }
+        self.device_runs.run(work)
+        for index, groups in by_device.items():
+            self.device_counts.add("encoded", self.devices[index], sum(map(len, groups.values())))
         for request_id, answer in handles.items():
             self.counts.add("encoded")
             responses[request_id] = response([HANDLE], [np.array([[h.encode()] for h in answer], dtype=np.object_)])
         return responses
 
-    def _encode_together(self, handles: list, images: list) -> None:
-        """One encoder run for `images`; if a batch fails (a GPU out of memory for several large
-        images), its images are encoded one by one, and so are all later ones."""
+    def _encode_on(self, device, by_shape: dict, images: dict) -> None:
+        """Encode on `device` the images (handle -> image) of `by_shape` (shape -> handles),
+        `encode_batch` of one shape to an encoder run."""
+        for group in by_shape.values():
+            start = 0
+            while start < len(group):
+                batch = group[start : start + self.encode_batch]
+                self._encode_together(device, batch, [images[h] for h in batch])
+                start += len(batch)
+
+    def _encode_together(self, device, handles: list, images: list) -> None:
+        """One encoder run for `images` on `device`; if a batch fails (a GPU out of memory for
+        several large images), its images are encoded one by one, and so are all later ones."""
         try:
-            self.cache.encode(handles, {IMAGE: np.stack(images)}, self.encoder)
+            device.cache.encode(handles, {IMAGE: np.stack(images)}, device.encoder)
         except Exception as error:
             if len(handles) == 1:
                 raise
             pb_utils.Logger.log_warn(f"encoding {len(handles)} images together failed, now one at a time: {error}")
             self.encode_batch = 1
             for handle, image in zip(handles, images):
-                if handle not in self.cache:
-                    self.cache.encode([handle], {IMAGE: image[None]}, self.encoder)
+                if handle not in device.cache:
+                    device.cache.encode([handle], {IMAGE: image[None]}, device.encoder)
 
-    def _row(self, request):
-        """The kept features (an entry of `cache`) of the request's one handle."""
+    def _row(self, request) -> tuple:
+        """The device holding the features of the request's one handle, and those features (an
+        entry of its cache)."""
         handle = text(required(request, HANDLE).reshape(-1)[0])
+        device = placed(self.devices, handle)
         try:
-            return self.cache.get(handle)
+            return device, device.cache.get(handle)
         except KeyError:
             raise UnknownHandle(handle) from None
 
     def _host_features(self, request) -> dict:
         """The features of the request's one handle as numpy arrays."""
-        return self.cache.host(self._row(request))
+        device, row = self._row(request)
+        return device.cache.host(row)
 
     def _decode_inputs(self, request) -> tuple:
-        """One request's rows (cached features, one per prompt set) and prompt tensors."""
+        """One request's rows (cached features, one per prompt set), the devices holding them and
+        its prompt tensors."""
         handles = required(request, HANDLE).reshape(-1)
         coords = required(request, contract.POINT_COORDS).astype(np.float32)
         labels = required(request, contract.POINT_LABELS).astype(np.int32)
         batch = len(handles)
         if coords.shape[0] != batch or labels.shape[:2] != coords.shape[:2]:
             raise ValueError(f"handle {handles.shape}, point_coords {coords.shape}, point_labels {labels.shape} disagree")
+        places = [placed(self.devices, text(h)) for h in handles]
         try:
-            rows = [self.cache.get(text(h)) for h in handles]
+            rows = [place.cache.get(text(h)) for place, h in zip(places, handles)]
         except KeyError as error:
             raise UnknownHandle(error.args[0]) from None
         mask = self._mask_input(request, batch)
@@ -304,7 +337,7 @@ class SessionModel:
             contract.MASK_INPUT: mask if mask is not None else np.zeros((batch, 1, self.low_res, self.low_res), np.float32),
             contract.HAS_MASK_INPUT: np.full((batch, 1), float(mask is not None), np.float32),
         }
-        return rows, prompts
+        return rows, places, prompts
 
     def _mask_input(self, request, batch: int):
         """The request's mask input [B, 1, S, S]: sent, or kept here under the keys sent; None if neither."""
@@ -331,101 +364,61 @@ class SessionModel:
             self.kept_logits.put(keys[-1].decode(), logits.copy())
         return np.array(keys, dtype=np.object_).reshape(masks.shape[:2])
 
-    def _decode_together(self, wanted: list, members: list) -> dict:
-        """One decoder run for several requests' rows; each request gets its own rows back."""
-        rows = [row for member in members for row in member.rows]
-        prompts = {name: _joined([member.prompts[name] for member in members]) for name in members[0].prompts}
+    def _decode_groups(self, groups: dict) -> dict:
+        """A decoder run for each of `groups` ((device, points, outputs, ...) -> parts), the devices
+        at the same time; each request answered from its rows on every device (id -> response)."""
+        runs: dict = {}  # device index -> [(outputs, parts)]
+        for (index, _, wanted, *_), parts in groups.items():
+            runs.setdefault(index, []).append((list(wanted), parts))
+        work = {i: (lambda d=self.devices[i], r=r: [self._decode_together(d, *run) for run in r]) for i, r in runs.items()}
+        decodes, pieces, cancelled_ = {}, {}, {}  # request id -> _Decode, [(positions, arrays)], Cancelled
+        for index, results in self.device_runs.run(work).items():
+            for (wanted, parts), outputs in zip(runs[index], results):
+                decodes.update((id(part.decode.request), part.decode) for part in parts)
+                if isinstance(outputs, Cancelled):
+                    cancelled_.update((id(part.decode.request), outputs) for part in parts)
+                    continue
+                self.device_counts.add("decoded", self.devices[index], sum(len(part.positions) for part in parts))
+                start = 0
+                for part in parts:
+                    arrays = {name: o[start : start + len(part.positions)] for name, o in zip(wanted, outputs)}
+                    pieces.setdefault(id(part.decode.request), []).append((part.positions, arrays))
+                    start += len(part.positions)
+        self.counts.add("cancelled_running", len(cancelled_))
+        self.counts.add("decoded", len(decodes) - len(cancelled_))
+        return {
+            key: failure(cancelled_[key]) if key in cancelled_ else self._answer(decode, in_row_order(pieces[key]))
+            for key, decode in decodes.items()
+        }
+
+    def _decode_together(self, device, wanted: list, parts: list):
+        """One decoder run on `device` for several requests' rows there: its outputs, or `Cancelled`
+        if every request was cancelled while it ran."""
+        rows = [part.decode.rows[i] for part in parts for i in part.positions]
+        prompts = {
+            name: _joined([taken(part.decode.prompts[name], part.positions) for part in parts])
+            for name in parts[0].decode.prompts
+        }
         try:
-            outputs = run_cancellable(
-                lambda options: self.cache.run_decoder(self.decoder, wanted, rows, prompts, options),
-                [member.request for member in members],
+            return run_cancellable(
+                lambda options: device.cache.run_decoder(device.decoder, wanted, rows, prompts, options),
+                [part.decode.request for part in parts],
             )
         except Cancelled as error:
-            self.counts.add("cancelled_running", len(members))
-            return {id(member.request): failure(error) for member in members}
-        self.counts.add("decoded", len(members))
-        responses, start = {}, 0
-        for member in members:
-            arrays = {name: o[start : start + len(member.rows)] for name, o in zip(wanted, outputs)}
-            if member.best:
-                best = best_candidate(arrays[contract.MULTI_MASKS], arrays[contract.MULTI_SCORES])
-                arrays.update(zip((contract.SINGLE_MASK, contract.SINGLE_SCORE), best))
-            answered = _answered_masks(member.request)
-            if member.keep and answered in arrays:
-                arrays[contract.KEPT_KEYS] = self._keep(arrays[answered])
-            if member.crop is not None:
-                arrays.update(_cropped_above(arrays, member.crop, member.request.requested_output_names()))
-            names = requested_outputs(member.request, arrays)
-            responses[id(member.request)] = response(names, [arrays[name] for name in names])
-            start += len(member.rows)
-        return responses
+            return error
 
-
-def _feature_store(encoder, decoder, params: dict, on_gpu: bool, model_dir: Path):
-    """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
-    capacity = int(params.get(contract.CACHE_SIZE_PARAMETER, "16"))
-    names = [output.name for output in encoder.get_outputs()]
-    buffers = params.get(contract.FEATURE_BUFFERS_PARAMETER, "auto")
-    if buffers == "off" or (buffers == "auto" and not on_gpu):
-        return FeatureStore(capacity, names)
-    device = "cuda" if on_gpu else "cpu"
-    gather = ort_session(model_dir / contract.GATHER_FILE)
-    # The decoder's inputs say the feature shapes (the encoder's outputs may be symbolic: any image size).
-    decoder_shapes = {i.name: i.shape[1:] for i in decoder.get_inputs()}
-    shapes = [decoder_shapes[name] for name in names]
-    return BufferFeatureStore(capacity, names, shapes, device, gather)
-
-
-def _decoder_outputs(request, cropped: bool, best: bool) -> list:
-    """The decoder's outputs a decode request needs: those it asks for (all if none), the masks
-    whose crop it asks for where it is `cropped` (it sends a crop threshold), and the multimask
-    candidates in place of the single mask where it wants the `best` of them."""
-    requested = request.requested_output_names()
-    wanted = [name for name in contract.DECODER_OUTPUTS if name in requested]
-    if cropped:
-        wanted += [name for name, crop in CROPS.items() if crop in requested and name not in wanted]
-    wanted = wanted or list(contract.DECODER_OUTPUTS)
-    if best:
-        wanted = [n for n in wanted if n not in (contract.SINGLE_MASK, contract.SINGLE_SCORE)]
-        wanted += [n for n in (contract.MULTI_MASKS, contract.MULTI_SCORES) if n not in wanted]
-    return wanted
-
-
-def _crop_threshold(request, batch: int):
-    """The request's crop threshold per row ([B] float32), None if it sends none (then it gets no
-    crop: Triton lists every output as requested when a client names none)."""
-    tensor = pb_utils.get_input_tensor_by_name(request, contract.CROP_THRESHOLD)
-    if tensor is None:
-        return None
-    thresholds = tensor.as_numpy().astype(np.float32).reshape(-1)
-    if thresholds.shape != (batch,) or not np.isfinite(thresholds).all():
-        raise ValueError(
-            f"'{contract.CROP_THRESHOLD}' must be one finite number per prompt set, got {list(tensor.as_numpy().shape)}"
-        )
-    return thresholds
-
-
-def _answered_masks(request) -> str:
-    """The decoder output whose masks a decode request gets, whole or cropped: the candidates where
-    it asks for them (or for nothing in particular), else the single mask."""
-    requested = request.requested_output_names()
-    return (
-        contract.SINGLE_MASK
-        if requested and contract.MULTI_MASKS not in requested and contract.MULTI_MASK_CROP not in requested
-        else contract.MULTI_MASKS
-    )
-
-
-def _cropped_above(arrays: dict, thresholds: np.ndarray, requested) -> dict:
-    """The `requested` crops of the decoder's mask `arrays` ([B, C, S, S]): cut to the samples above
-    each row's threshold, grown by `contract.CROP_MARGIN` (one box for the batch and every mask;
-    `triton_sam_arrays.crop_box`), and that box per row."""
-    masks = {name: arrays[name] for name, crop in CROPS.items() if crop in requested and name in arrays}
-    if not masks:
-        return {}
-    y0, x0, y1, x1 = crop_box(list(masks.values()), thresholds, contract.CROP_MARGIN)
-    crops = {CROPS[name]: np.ascontiguousarray(logits[:, :, y0:y1, x0:x1]) for name, logits in masks.items()}
-    return {**crops, contract.CROP_BOX: np.tile(np.array([y0, x0, y1, x1], np.int32), (len(thresholds), 1))}
+    def _answer(self, decode: _Decode, arrays: dict) -> "pb_utils.InferenceResponse":
+        """A decode request's response from the decoder's outputs for its rows (`arrays` by name)."""
+        if decode.best:
+            best = best_candidate(arrays[contract.MULTI_MASKS], arrays[contract.MULTI_SCORES])
+            arrays.update(zip((contract.SINGLE_MASK, contract.SINGLE_SCORE), best))
+        answered = answered_masks(decode.request)
+        if decode.keep and answered in arrays:
+            arrays[contract.KEPT_KEYS] = self._keep(arrays[answered])
+        if decode.crop is not None:
+            arrays.update(cropped_above(arrays, decode.crop, decode.request.requested_output_names()))
+        names = requested_outputs(decode.request, arrays)
+        return response(names, [arrays[name] for name in names])
 
 
 def _joined(arrays: list) -> np.ndarray:

@@ -62,14 +62,14 @@ class FeatureStore(LruStore):
 
 class BufferFeatureStore(FeatureStore):
     """The same map, holding features in one ONNX Runtime buffer per output ([capacity, C, H, W],
-    on the GPU) with a slot per image: the encoder writes into the slot and the decoder reads
-    from it, so features never travel through host memory."""
+    on GPU `device_id`) with a slot per image: the encoder writes into the slot and the decoder
+    reads from it, so features never travel through host memory."""
 
-    def __init__(self, capacity: int, names: list, shapes: list, device: str, gather) -> None:
+    def __init__(self, capacity: int, names: list, shapes: list, device: str, gather, device_id: int = 0) -> None:
         super().__init__(capacity, names)
-        self.device, self.shapes, self.gather = device, dict(zip(names, shapes)), gather
+        self.device, self.device_id, self.shapes, self.gather = device, device_id, dict(zip(names, shapes)), gather
         self.buffers = {
-            name: ort.OrtValue.ortvalue_from_shape_and_type([self.capacity, *shape], np.float32, device, 0)
+            name: ort.OrtValue.ortvalue_from_shape_and_type([self.capacity, *shape], np.float32, device, device_id)
             for name, shape in self.shapes.items()
         }
         self.free = list(range(self.capacity))
@@ -81,7 +81,7 @@ class BufferFeatureStore(FeatureStore):
         """Bind `name` of `count` slots from `slot` on with `bind` (an input or output binder of `binding`)."""
         row_bytes = 4 * int(np.prod(self.shapes[name]))
         pointer = self.buffers[name].data_ptr() + slot * row_bytes
-        bind(name, self.device, 0, np.float32, [count, *self.shapes[name]], pointer)
+        bind(name, self.device, self.device_id, np.float32, [count, *self.shapes[name]], pointer)
 
     def encode(self, handles: list, feeds: dict, encoder) -> None:
         """The encoder writes each image's outputs into its slot: a batch into consecutive free
@@ -124,7 +124,7 @@ class BufferFeatureStore(FeatureStore):
         binding = self.gather.io_binding()
         for name in self.names:
             binding.bind_ortvalue_input(f"{name}_slots", self.buffers[name])
-            binding.bind_output(name, self.device)
+            binding.bind_output(name, self.device, self.device_id)
         binding.bind_cpu_input("rows", np.asarray(slots, np.int64))
         self.gather.run_with_iobinding(binding)
         return binding.get_outputs()

@@ -26,23 +26,24 @@ from triton_sam_requests import ort_session, required, response
 class InstanceRequests:
     """Instance-maps requests of the session model in `model_dir`: its instance decoder if exported
     (`<session>/1/instance_decoder/model.onnx`), loaded by the first request for maps (a server
-    nobody asks for maps holds no decoder); else each request fails saying what to do."""
+    nobody asks for maps holds no decoder; one on each device that holds an image asked about);
+    else each request fails saying what to do."""
 
     def __init__(self, model_dir: Path, model_id: str) -> None:
         self.path = model_dir / contract.INSTANCE_DECODER_DIR / "model.onnx"
         self.model_id = model_id
-        self._session = None
+        self._sessions: dict = {}  # device index -> the decoder's session there
         self._loading = threading.Lock()
 
     def handles(self, request) -> bool:
         return pb_utils.get_input_tensor_by_name(request, contract.IMAGE_HW) is not None
 
-    def run(self, request, cache, row) -> "pb_utils.InferenceResponse":
-        """The maps of the image whose features are `row` (an entry of `cache`)."""
-        session = self._decoder()
+    def run(self, request, device, row) -> "pb_utils.InferenceResponse":
+        """The maps of the image whose features are `row` (an entry of `device`'s cache)."""
+        session = self._decoder(device.index)
         region = _sides(request, contract.MAPS_REGION)
         image_hw = _sides(request, contract.IMAGE_HW)
-        (maps,) = cache.run_decoder(session, [contract.INSTANCE_MAPS], [row], {}, None)
+        (maps,) = device.cache.run_decoder(session, [contract.INSTANCE_MAPS], [row], {}, None)
         if region[0] > maps.shape[-2] or region[1] > maps.shape[-1]:
             raise ValueError(f"'{contract.MAPS_REGION}' {region} exceeds the decoder's maps {list(maps.shape[-2:])}")
         maps = maps[:, :, : region[0], : region[1]]
@@ -50,10 +51,11 @@ class InstanceRequests:
             maps = resized(maps, image_hw)
         return response([contract.INSTANCE_MAPS], [np.ascontiguousarray(maps, np.float32)])
 
-    def _decoder(self):
-        """The instance decoder's onnxruntime session, loaded once (by one thread) on first use."""
+    def _decoder(self, device_index: int):
+        """The instance decoder's onnxruntime session on a device, loaded once (by one thread) on
+        that device's first use."""
         with self._loading:
-            if self._session is None:
+            if device_index not in self._sessions:
                 if not self.path.exists():
                     raise ValueError(
                         f"{contract.NO_INSTANCE_DECODER}: {self.model_id} was exported without its instance-segmentation "
@@ -61,9 +63,11 @@ class InstanceRequests:
                         f"{self.model_id}`, or `triton-sam export {self.model_id} --checkpoint PATH --decoder PATH`) "
                         "and restart the server"
                     )
-                self._session = ort_session(self.path)
-                pb_utils.Logger.log_info(f"{self.model_id}: instance decoder loaded for the first instance-maps request")
-        return self._session
+                self._sessions[device_index] = ort_session(self.path, device_index)
+                pb_utils.Logger.log_info(
+                    f"{self.model_id}: instance decoder loaded on device {device_index} for its first instance-maps request"
+                )
+        return self._sessions[device_index]
 
 
 def _sides(request, name: str) -> tuple:

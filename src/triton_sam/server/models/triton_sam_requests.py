@@ -31,34 +31,38 @@ class UnknownMaskInput(KeyError):
     """A mask input key names logits never kept here or evicted."""
 
 
-def _has_cuda_device() -> bool:
+def cuda_devices() -> int:
+    """The CUDA devices this process sees (`CUDA_VISIBLE_DEVICES` applies) that ONNX Runtime could
+    use: 0 without a driver, a device or ONNX Runtime's CUDA provider."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return 0
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
         count = ctypes.c_int(0)
-        return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+        return count.value if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 else 0
     except OSError:
-        return False
+        return 0
 
 
-def ort_session(path: Path) -> "ort.InferenceSession":
-    """An ONNX Runtime session on the GPU when there is one (asking for CUDA without one only logs
-    errors). ONNX Runtime falls back to the CPU when it cannot load its CUDA libraries (CUDA and
-    cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log.
+def ort_session(path: Path, device_id: int = 0) -> "ort.InferenceSession":
+    """An ONNX Runtime session on GPU `device_id` when there is a GPU (asking for CUDA without one
+    only logs errors). ONNX Runtime falls back to the CPU when it cannot load its CUDA libraries
+    (CUDA and cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log.
 
     On the CPU, without ONNX Runtime's arena and memory patterns: an arena keeps its largest run's
     intermediates for good (ViT-B's global attention, gigabytes per encoded image, in the encoder
     model and again in the session model), so each run's are freed when it ends."""
-    providers = ["CPUExecutionProvider"]
-    if "CUDAExecutionProvider" in ort.get_available_providers() and _has_cuda_device():
+    providers: list = ["CPUExecutionProvider"]
+    if cuda_devices() > 0:
         if hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # from pip's nvidia-* packages, where installed
-        providers.insert(0, "CUDAExecutionProvider")
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if providers == ["CPUExecutionProvider"]:
         options.enable_cpu_mem_arena = options.enable_mem_pattern = False
     session = ort.InferenceSession(str(path), options, providers=providers)
-    if providers[0] not in session.get_providers():
+    if len(providers) > 1 and "CUDAExecutionProvider" not in session.get_providers():
         pb_utils.Logger.log_warn(
             f"{path}: this machine has a GPU, but ONNX Runtime {ort.__version__} could not load its CUDA "
             "libraries (the CUDA and cuDNN versions it was built for): running on the CPU"

@@ -1,0 +1,122 @@
+"""The devices the session model (`python_model.py`, written as `model.py`) drives, and which of
+them holds an image's features. Written next to `model.py`; numpy, onnxruntime and Triton's
+`triton_python_backend_utils` only.
+
+Every visible GPU is used (`CUDA_VISIBLE_DEVICES` applies; `$TRITON_SAM_DEVICES` caps the count).
+Without a GPU, `$TRITON_SAM_DEVICES` CPU stand-ins (1 by default): independent sessions and
+stores, each a device to placement, so that the code of several GPUs runs in CI. Each device has
+its own encoder and decoder sessions (the CUDA provider's `device_id`) and its own feature store
+(`cache_size` images each). An image lives on the device its content signature picks by
+rendezvous hashing over the device indices: its encode and every decode of it run there, whichever
+request carries them; a device added takes about 1/N of the images. A run's work on different
+devices goes at the same time, a thread per device (ONNX Runtime releases the GIL while it runs).
+
+Why one instance driving every device, not one instance per GPU (Triton's `KIND_GPU` instance
+group): each python-backend instance is its own process with its own features, and Triton hands a
+request to whichever instance is free, so with one instance per GPU an image's decodes land on
+instances that lack its features (N-1 of N of them on N GPUs), each a re-encode. Pinning an image
+to an instance takes Triton's sequence batcher in place of the dynamic batcher: every client sends
+a correlation id with start and end flags, each live sequence holds one of a bounded number of
+slots until an idle timeout, and the pin is per correlation id (one user), not per image, so two
+users of one image encode it twice. Measured with two CPU instances and four clients, 44 % of
+decodes found no features (docs/several-servers.md). Placement by signature inside one process
+needs none of that and no client change. Its cost: one process parses requests and answers for
+all devices, and a run waits for its slowest device before the next run starts.
+"""
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+import triton_sam_contract as contract
+from triton_sam_features import BufferFeatureStore, FeatureStore
+from triton_sam_requests import cuda_devices, ort_session
+
+
+class Device:
+    """One device (a GPU, or the CPU standing in for one): its encoder and decoder sessions and the
+    features of the images placed on it."""
+
+    def __init__(self, index: int, repository: Path, params: dict, model_dir: Path) -> None:
+        self.index = index
+        self.encoder = ort_session(repository / params[contract.ENCODER_MODEL_PARAMETER] / "1" / "model.onnx", index)
+        self.decoder = ort_session(repository / params[contract.DECODER_MODEL_PARAMETER] / "1" / "model.onnx", index)
+        self.on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
+        self.cache = _feature_store(self, params, model_dir)
+
+
+def session_devices(repository: Path, params: dict, model_dir: Path) -> list:
+    """The session model's devices (see the module docstring), device 0 first."""
+    first = Device(0, repository, params, model_dir)
+    return [first, *(Device(index, repository, params, model_dir) for index in range(1, device_count(first.on_gpu)))]
+
+
+def device_count(on_gpu: bool) -> int:
+    """Every visible GPU, at most `$TRITON_SAM_DEVICES` where set; on the CPU that many stand-ins (1
+    where unset)."""
+    wanted = os.environ.get(contract.DEVICES_ENV, "").strip()
+    if on_gpu:
+        visible = max(1, cuda_devices())
+        return min(visible, max(1, int(wanted))) if wanted else visible
+    return max(1, int(wanted or 1))
+
+
+def placed(devices: list, handle: str) -> Device:
+    """The device holding the features of image `handle`: the highest hash of (device, handle)
+    (rendezvous hashing: stable, and a device added takes only its share of the images)."""
+    return max(devices, key=lambda device: hashlib.blake2b(f"{device.index}:{handle}".encode(), digest_size=8).digest())
+
+
+class DeviceRuns:
+    """Runs each device's share of a run, at the same time where several devices have work."""
+
+    def __init__(self, devices: list) -> None:
+        self.pool = ThreadPoolExecutor(len(devices), thread_name_prefix="triton-sam-device") if len(devices) > 1 else None
+
+    def run(self, work: dict) -> dict:
+        """device index -> what its function in `work` (device index -> function) returned."""
+        if self.pool is None or len(work) < 2:
+            return {index: function() for index, function in work.items()}
+        futures = {index: self.pool.submit(function) for index, function in work.items()}
+        return {index: future.result() for index, future in futures.items()}
+
+
+class DeviceCounts:
+    """What each device did, on Triton's metrics endpoint: images encoded and prompt sets decoded
+    there (`contract.DEVICE_ENCODED_METRIC`, `contract.DEVICE_DECODED_METRIC`, {model, device})."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.families = {
+            work: pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.COUNTER)
+            for work, name, description in (
+                ("encoded", contract.DEVICE_ENCODED_METRIC, "Images the session model encoded, by device"),
+                ("decoded", contract.DEVICE_DECODED_METRIC, "Prompt sets the session model decoded, by device"),
+            )
+        }
+        self.metrics: dict = {}
+
+    def add(self, work: str, device: Device, count: int) -> None:
+        key = (work, device.index)
+        if key not in self.metrics:
+            labels = {"model": self.model_name, "device": str(device.index)}
+            self.metrics[key] = self.families[work].Metric(labels=labels)
+        self.metrics[key].increment(count)
+
+
+def _feature_store(device: Device, params: dict, model_dir: Path):
+    """Where `device` keeps features (see `python_model.py`'s docstring, `feature_buffers`)."""
+    capacity = int(params.get(contract.CACHE_SIZE_PARAMETER, "16"))
+    names = [output.name for output in device.encoder.get_outputs()]
+    buffers = params.get(contract.FEATURE_BUFFERS_PARAMETER, "auto")
+    if buffers == "off" or (buffers == "auto" and not device.on_gpu):
+        return FeatureStore(capacity, names)
+    gather = ort_session(model_dir / contract.GATHER_FILE, device.index)
+    # The decoder's inputs say the feature shapes (the encoder's outputs may be symbolic: any image size).
+    decoder_shapes = {i.name: i.shape[1:] for i in device.decoder.get_inputs()}
+    shapes = [decoder_shapes[name] for name in names]
+    if device.on_gpu:
+        return BufferFeatureStore(capacity, names, shapes, "cuda", gather, device.index)
+    return BufferFeatureStore(capacity, names, shapes, "cpu", gather)
