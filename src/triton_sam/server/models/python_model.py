@@ -211,7 +211,7 @@ class SessionModel:
                 else:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:
-                self.counts.add("failed")
+                self.counts.add(_failure_outcome(error))
                 responses[id(request)] = failure(error)
         groups: dict = {}  # (points, outputs) -> [_Decode]
         for request in decodes:
@@ -220,7 +220,7 @@ class SessionModel:
                 crop = _crop_threshold(request, len(rows))
                 keep, best = flag(request, contract.KEEP_LOGITS), flag(request, contract.BEST_OF_MULTIMASK)
             except (UnknownHandle, ValueError, KeyError) as error:
-                self.counts.add("failed")
+                self.counts.add(_failure_outcome(error))
                 responses[id(request)] = failure(error)
                 continue
             key = (prompts[contract.POINT_COORDS].shape[1], tuple(_decoder_outputs(request, crop is not None, best)))
@@ -440,3 +440,9 @@ def _images(request) -> np.ndarray:
     if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
         raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
     return images
+
+
+def _failure_outcome(error: Exception) -> str:
+    """The metric's outcome of a request refused with `error`: features not held here are their own
+    (the client encodes the image again), anything else a failure."""
+    return "unknown_handle" if isinstance(error, UnknownHandle) else "failed"
