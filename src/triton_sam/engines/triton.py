@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -89,6 +90,7 @@ class TritonEngine(Engine):
         self.encode_timeout_s = encode_timeout_s
         self.reconnect_s = reconnect_s
         self.reencodes = 0  # images encoded again because their server lacked their features
+        self._routes = threading.local()  # `routed`: this thread's encodes go by one key, not by image
         try:
             self.client, config, server_version = self._first_answer()
         except Exception:
@@ -146,6 +148,21 @@ class TritonEngine(Engine):
                 if not self.servers.fail_over(client):
                     raise
 
+    @contextmanager
+    def routed(self, key: str) -> Iterator[None]:
+        """Within, this thread's encodes go to the server of `key` (and carry it as their affinity
+        header) instead of each image's own: a volume's planes where its memories are."""
+        self._routes.key = key
+        try:
+            yield
+        finally:
+            self._routes.key = None
+
+    def session_config(self, signature: str = "") -> dict:
+        """The session model's config on the server of the image of `signature` (the next one where
+        that one stopped answering); every server of a pool serves the same export."""
+        return self._on_server(signature, lambda client: client.session_config(self.spec))
+
     def video(self, cache: FeatureCache) -> VideoBackend:
         """The session model's volume requests: planes and memories stay on the server."""
         from .triton_video import TritonVideo
@@ -183,22 +200,26 @@ class TritonEngine(Engine):
         """The URL of the server `image` is encoded on ("" where there is one: no need to hash it)."""
         if len(self.servers) == 1:
             return ""
-        return self.servers.client_for(content_signature(image, self.spec.model_id)).url
+        return self.servers.client_for(self._route(image)).url
+
+    def _route(self, image: np.ndarray) -> str:
+        """The key an encode of `image` goes by: this thread's `routed` key, else the image's signature."""
+        return getattr(self._routes, "key", None) or content_signature(image, self.spec.model_id)
 
     def _encode(self, images: np.ndarray) -> list[str]:
         """The handles of `images` ([B, H, W, C]) encoded on the server of the first."""
-        signature = content_signature(images[0], self.spec.model_id)
-        return self._on_server(signature, lambda client: self._encode_on(client, images, signature))
+        route = self._route(images[0])
+        return self._on_server(route, lambda client: self._encode_on(client, images, route))
 
-    def _encode_on(self, client: TritonClient, images: np.ndarray, signature: str) -> list[str]:
-        """The handles of `images` encoded on `client`'s server, the request marked with `signature`."""
+    def _encode_on(self, client: TritonClient, images: np.ndarray, route: str) -> list[str]:
+        """The handles of `images` encoded on `client`'s server, the request marked with `route`."""
         try:
             result = client.infer_large(
                 self.spec.session_name,
                 {contract.ENCODER_INPUT: images},
                 [contract.HANDLE],
                 self.encode_timeout_s,
-                client.image_headers(signature),
+                client.image_headers(route),
             )
         except InferenceServerException as error:
             raise self._error(error, client) from error
@@ -245,10 +266,10 @@ class TritonEngine(Engine):
             f"its cache (`cache_size` in {self.spec.session_name}'s config.pbtxt) is too small for its clients' images."
         )
 
-    def _reencode(self, client: TritonClient, features: ImageFeatures) -> None:
+    def _reencode(self, client: TritonClient, features: ImageFeatures, route: str | None = None) -> None:
         """Encode the image of `features` again on `client`'s server, which lacks them; counted."""
         self.reencodes += 1
-        if self._encode_on(client, features.encoder_input[None], features.handle) != [features.handle]:
+        if self._encode_on(client, features.encoder_input[None], route or features.handle) != [features.handle]:
             raise ServerModelError("The server returned a different handle for the same image.")
 
     def _wait_until_ready(self, client: TritonClient, cancel: CancelToken | None) -> bool:
@@ -371,17 +392,21 @@ class TritonEngine(Engine):
             raise self._error(error, client) from error
         return {name: outcome["result"].as_numpy(name) for name in names}
 
-    def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def call(
+        self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str], route: str | None = None
+    ) -> dict[str, np.ndarray]:
         """One request to the session model about the image of `features` (its handle is added),
-        waiting up to the encode timeout; the image is encoded again if the server lost it."""
+        waiting up to the encode timeout, on the server of `route` (default: the image's), the next
+        one where that stopped answering; the image is encoded again where the server lacks it."""
         if features.handle is None or features.encoder_input is None:
             raise ValueError("TritonEngine.call needs features from TritonEngine.encode")
-        return self._on_server(features.handle, lambda client: self._call_on(client, features, arrays, outputs))
+        route = route or features.handle
+        return self._on_server(route, lambda client: self._call_on(client, features, arrays, outputs, route))
 
     def _call_on(
-        self, client: TritonClient, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]
+        self, client: TritonClient, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str], route: str
     ) -> dict[str, np.ndarray]:
-        """`call` on `client`'s server."""
+        """`call` on `client`'s server, the request marked with `route`."""
         for _ in range(REENCODE_ATTEMPTS):
             handles = np.array([[features.handle.encode()]], dtype=np.object_)
             try:
@@ -389,13 +414,13 @@ class TritonEngine(Engine):
                     self.spec.session_name,
                     infer_inputs({contract.HANDLE: handles, **arrays}),
                     outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
-                    headers=client.image_headers(features.handle),
+                    headers=client.image_headers(route),
                     client_timeout=self.encode_timeout_s,
                 )
             except InferenceServerException as error:
                 if contract.UNKNOWN_HANDLE not in (error.message() or ""):
                     raise self._error(error, client) from error
-                self._reencode(client, features)  # lost (eviction, restart, another server): the handle is content-based
+                self._reencode(client, features, route)  # lost (eviction, restart, another server): content-based
                 continue
             return {name: result.as_numpy(name) for name in outputs}
         raise ServerModelError(f"The server on {client.url} keeps losing this image's embedding: its cache is too small.")
