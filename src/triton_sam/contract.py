@@ -199,5 +199,7 @@ SESSION_REQUEST_OUTCOMES = (
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
 # gRPC metadata of every request about one image: its content signature (hex), so that a balancer
-# hashing this header sends all of an image's requests to the server that holds its features.
+# hashing this header sends all of an image's requests to the server that holds its features. A
+# volume's requests (its planes' encodes too) carry one key of the volume's instead: a plane attends
+# to other planes' memories, so they all go to one server (`engines.triton_video`).
 AFFINITY_HEADER = "triton-sam-image"

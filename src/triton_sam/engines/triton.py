@@ -48,6 +48,7 @@ T = TypeVar("T")
 REENCODE_ATTEMPTS = 3
 _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
+_UNLOADED = "has no available versions"  # a stopping server unloads its models while it still answers
 # Before this version Triton's gRPC frontend can crash (SIGSEGV) when a call is cancelled just as its
 # answer is sent (triton-inference-server/server#7368 and #8034, fixed in March 2025). PyTriton
 # 0.7.0 bundles 2.51: 16 clients cancelling hover decodes crashed it within a minute.
@@ -431,7 +432,7 @@ class TritonEngine(Engine):
                 f"Triton at {client.url} is overloaded ({error_message(error)}): too many requests are waiting. "
                 "It answers again when the load drops; more server capacity (GPU, instances) helps for good."
             )
-        if error.status() in _UNREACHABLE or error.status() is None:
+        if error.status() in _UNREACHABLE or error.status() is None or _UNLOADED in (error.message() or ""):
             return client.unreachable(error)
         return ServerModelError(f"Triton at {client.url} refused the request: {error_message(error)}")
 
