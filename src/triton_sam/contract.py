@@ -183,8 +183,19 @@ INSTANCE_DECODER_DIR = "instance_decoder"  # next to the session model: micro-sa
 INSTANCE_EMBED = "image_embed"  # its input: the image embedding (the features of that name)
 INSTANCE_MAPS = "instance_maps"  # its output: foreground, center and boundary distances [B, 3, H, W]
 SESSION_REQUESTS_METRIC = "triton_sam_session_requests_total"  # {model, outcome} on Triton's metrics endpoint
-# What the session model did with a request, the metric's `outcome` (its description lists them from here).
-SESSION_REQUEST_OUTCOMES = ("encoded", "decoded", "video", "instance_maps", "cancelled_queued", "cancelled_running", "failed")
+# What the session model did with a request, the metric's `outcome` (its description lists them from here):
+# "unknown_handle" is a request about features this server does not hold (evicted, restarted, or
+# encoded on another server): the client encodes the image again, so it is no failure a user sees.
+SESSION_REQUEST_OUTCOMES = (
+    "encoded",
+    "decoded",
+    "video",
+    "instance_maps",
+    "cancelled_queued",
+    "cancelled_running",
+    "unknown_handle",
+    "failed",
+)
 # What each device of the session model did ({model, device}): images encoded there, prompt sets decoded there.
 DEVICE_ENCODED_METRIC = "triton_sam_session_device_encoded_images_total"
 DEVICE_DECODED_METRIC = "triton_sam_session_device_decoded_rows_total"
@@ -192,5 +203,7 @@ DEVICES_ENV = "TRITON_SAM_DEVICES"  # devices the session model drives: at most 
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)
 # gRPC metadata of every request about one image: its content signature (hex), so that a balancer
-# hashing this header sends all of an image's requests to the server that holds its features.
+# hashing this header sends all of an image's requests to the server that holds its features. A
+# volume's requests (its planes' encodes too) carry one key of the volume's instead: a plane attends
+# to other planes' memories, so they all go to one server (`engines.triton_video`).
 AFFINITY_HEADER = "triton-sam-image"

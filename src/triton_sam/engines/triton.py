@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -47,6 +48,7 @@ T = TypeVar("T")
 REENCODE_ATTEMPTS = 3
 _UNREACHABLE = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 _OVERLOADED = ("Exceeds maximum queue size", "Request timeout expired")  # Triton's queue policy refusals
+_UNLOADED = "has no available versions"  # a stopping server unloads its models while it still answers
 # Before this version Triton's gRPC frontend can crash (SIGSEGV) when a call is cancelled just as its
 # answer is sent (triton-inference-server/server#7368 and #8034, fixed in March 2025). PyTriton
 # 0.7.0 bundles 2.51: 16 clients cancelling hover decodes crashed it within a minute.
@@ -89,6 +91,7 @@ class TritonEngine(Engine):
         self.encode_timeout_s = encode_timeout_s
         self.reconnect_s = reconnect_s
         self.reencodes = 0  # images encoded again because their server lacked their features
+        self._routes = threading.local()  # `routed`: this thread's encodes go by one key, not by image
         try:
             self.client, config, server_version = self._first_answer()
         except Exception:
@@ -146,6 +149,21 @@ class TritonEngine(Engine):
                 if not self.servers.fail_over(client):
                     raise
 
+    @contextmanager
+    def routed(self, key: str) -> Iterator[None]:
+        """Within, this thread's encodes go to the server of `key` (and carry it as their affinity
+        header) instead of each image's own: a volume's planes where its memories are."""
+        self._routes.key = key
+        try:
+            yield
+        finally:
+            self._routes.key = None
+
+    def session_config(self, signature: str = "") -> dict:
+        """The session model's config on the server of the image of `signature` (the next one where
+        that one stopped answering); every server of a pool serves the same export."""
+        return self._on_server(signature, lambda client: client.session_config(self.spec))
+
     def video(self, cache: FeatureCache) -> VideoBackend:
         """The session model's volume requests: planes and memories stay on the server."""
         from .triton_video import TritonVideo
@@ -183,22 +201,26 @@ class TritonEngine(Engine):
         """The URL of the server `image` is encoded on ("" where there is one: no need to hash it)."""
         if len(self.servers) == 1:
             return ""
-        return self.servers.client_for(content_signature(image, self.spec.model_id)).url
+        return self.servers.client_for(self._route(image)).url
+
+    def _route(self, image: np.ndarray) -> str:
+        """The key an encode of `image` goes by: this thread's `routed` key, else the image's signature."""
+        return getattr(self._routes, "key", None) or content_signature(image, self.spec.model_id)
 
     def _encode(self, images: np.ndarray) -> list[str]:
         """The handles of `images` ([B, H, W, C]) encoded on the server of the first."""
-        signature = content_signature(images[0], self.spec.model_id)
-        return self._on_server(signature, lambda client: self._encode_on(client, images, signature))
+        route = self._route(images[0])
+        return self._on_server(route, lambda client: self._encode_on(client, images, route))
 
-    def _encode_on(self, client: TritonClient, images: np.ndarray, signature: str) -> list[str]:
-        """The handles of `images` encoded on `client`'s server, the request marked with `signature`."""
+    def _encode_on(self, client: TritonClient, images: np.ndarray, route: str) -> list[str]:
+        """The handles of `images` encoded on `client`'s server, the request marked with `route`."""
         try:
             result = client.infer_large(
                 self.spec.session_name,
                 {contract.ENCODER_INPUT: images},
                 [contract.HANDLE],
                 self.encode_timeout_s,
-                client.image_headers(signature),
+                client.image_headers(route),
             )
         except InferenceServerException as error:
             raise self._error(error, client) from error
@@ -245,10 +267,10 @@ class TritonEngine(Engine):
             f"its cache (`cache_size` in {self.spec.session_name}'s config.pbtxt) is too small for its clients' images."
         )
 
-    def _reencode(self, client: TritonClient, features: ImageFeatures) -> None:
+    def _reencode(self, client: TritonClient, features: ImageFeatures, route: str | None = None) -> None:
         """Encode the image of `features` again on `client`'s server, which lacks them; counted."""
         self.reencodes += 1
-        if self._encode_on(client, features.encoder_input[None], features.handle) != [features.handle]:
+        if self._encode_on(client, features.encoder_input[None], route or features.handle) != [features.handle]:
             raise ServerModelError("The server returned a different handle for the same image.")
 
     def _wait_until_ready(self, client: TritonClient, cancel: CancelToken | None) -> bool:
@@ -371,17 +393,21 @@ class TritonEngine(Engine):
             raise self._error(error, client) from error
         return {name: outcome["result"].as_numpy(name) for name in names}
 
-    def call(self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+    def call(
+        self, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str], route: str | None = None
+    ) -> dict[str, np.ndarray]:
         """One request to the session model about the image of `features` (its handle is added),
-        waiting up to the encode timeout; the image is encoded again if the server lost it."""
+        waiting up to the encode timeout, on the server of `route` (default: the image's), the next
+        one where that stopped answering; the image is encoded again where the server lacks it."""
         if features.handle is None or features.encoder_input is None:
             raise ValueError("TritonEngine.call needs features from TritonEngine.encode")
-        return self._on_server(features.handle, lambda client: self._call_on(client, features, arrays, outputs))
+        route = route or features.handle
+        return self._on_server(route, lambda client: self._call_on(client, features, arrays, outputs, route))
 
     def _call_on(
-        self, client: TritonClient, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str]
+        self, client: TritonClient, features: ImageFeatures, arrays: dict[str, np.ndarray], outputs: list[str], route: str
     ) -> dict[str, np.ndarray]:
-        """`call` on `client`'s server."""
+        """`call` on `client`'s server, the request marked with `route`."""
         for _ in range(REENCODE_ATTEMPTS):
             handles = np.array([[features.handle.encode()]], dtype=np.object_)
             try:
@@ -389,13 +415,13 @@ class TritonEngine(Engine):
                     self.spec.session_name,
                     infer_inputs({contract.HANDLE: handles, **arrays}),
                     outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
-                    headers=client.image_headers(features.handle),
+                    headers=client.image_headers(route),
                     client_timeout=self.encode_timeout_s,
                 )
             except InferenceServerException as error:
                 if contract.UNKNOWN_HANDLE not in (error.message() or ""):
                     raise self._error(error, client) from error
-                self._reencode(client, features)  # lost (eviction, restart, another server): the handle is content-based
+                self._reencode(client, features, route)  # lost (eviction, restart, another server): content-based
                 continue
             return {name: result.as_numpy(name) for name in outputs}
         raise ServerModelError(f"The server on {client.url} keeps losing this image's embedding: its cache is too small.")
@@ -406,7 +432,7 @@ class TritonEngine(Engine):
                 f"Triton at {client.url} is overloaded ({error_message(error)}): too many requests are waiting. "
                 "It answers again when the load drops; more server capacity (GPU, instances) helps for good."
             )
-        if error.status() in _UNREACHABLE or error.status() is None:
+        if error.status() in _UNREACHABLE or error.status() is None or _UNLOADED in (error.message() or ""):
             return client.unreachable(error)
         return ServerModelError(f"Triton at {client.url} refused the request: {error_message(error)}")
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def instance_maps(engine: TritonEngine, features: ImageFeatures, image_hw: tuple[int, int]) -> np.ndarray:
     """Float32 [3, H, W] maps at `image_hw` of the image of `features` (encoded by `engine`)."""
     spec = engine.spec
-    config = engine.client.session_config(spec)
+    config = engine.session_config(features.handle)
     if not any(output["name"] == contract.INSTANCE_MAPS for output in config.get("output", [])):
         raise ServerModelError(_missing(engine, "its model repository was exported before triton-sam served them"))
     arrays = {
@@ -41,7 +41,7 @@ def _missing(engine: TritonEngine, why: str) -> str:
     """What to do where the server cannot compute the maps, and `why`."""
     model = engine.spec.model_id
     return (
-        f"{engine.spec.session_name} on {engine.client.url} computes no instance-segmentation maps ({why}): export "
+        f"{engine.spec.session_name} on {engine.describe()} computes no instance-segmentation maps ({why}): export "
         f"{model} with its instance-segmentation decoder into the server's model repository (`triton-sam setup {model}`, "
         f"or `triton-sam export {model} --checkpoint PATH --decoder PATH`) and restart the server."
     )

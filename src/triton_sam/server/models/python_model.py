@@ -227,7 +227,7 @@ class SessionModel:
                 else:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:
-                self.counts.add("failed")
+                self.counts.add(_failure_outcome(error))
                 responses[id(request)] = failure(error)
         groups: dict = {}  # (device, points, outputs) -> [_Part]
         for request in decodes:
@@ -236,7 +236,7 @@ class SessionModel:
                 crop = crop_threshold(request, len(rows))
                 keep, best = flag(request, contract.KEEP_LOGITS), flag(request, contract.BEST_OF_MULTIMASK)
             except (UnknownHandle, ValueError, KeyError) as error:
-                self.counts.add("failed")
+                self.counts.add(_failure_outcome(error))
                 responses[id(request)] = failure(error)
                 continue
             decode = _Decode(request, rows, places, prompts, crop, keep, best)
@@ -433,3 +433,9 @@ def _images(request) -> np.ndarray:
     if images.ndim != 4 or images.shape[-1] not in (1, 3) or images.dtype != np.uint8:
         raise ValueError(f"image must be uint8 [B, H, W, 1 or 3], got {images.dtype} {list(images.shape)}")
     return images
+
+
+def _failure_outcome(error: Exception) -> str:
+    """The metric's outcome of a request refused with `error`: features not held here are their own
+    (the client encodes the image again), anything else a failure."""
+    return "unknown_handle" if isinstance(error, UnknownHandle) else "failed"
