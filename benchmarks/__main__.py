@@ -108,7 +108,7 @@ def _cmd_bench_instance(args) -> None:
 
 
 def _cmd_bench_json(args) -> None:
-    """`click|annotators|memory|volume|automatic|gui|series_gui|large`: the benchmark with the
+    """`click|annotators|servers|memory|volume|automatic|gui|series_gui|large`: the benchmark with the
     options given, its result as JSON."""
     from importlib import import_module
 
@@ -258,6 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_annotators.add_argument("--counts", type=int, nargs="+", default=None, help="numbers of annotators (default 1 4 16 32)")
     bench_annotators.add_argument("--duration", dest="duration_s", type=float, default=None, help="seconds of hovering per round")
+    bench_servers = kinds.add_parser(
+        "servers", help="simulated users through HAProxy and three local servers: affinity vs round-robin, one killed (JSON)"
+    )
+    bench_servers.add_argument("--counts", type=int, nargs="+", default=None, help="numbers of annotators (default 16 32)")
+    bench_servers.add_argument("--duration", dest="duration_s", type=float, default=None, help="seconds of hovering per round")
     bench_volume = kinds.add_parser("volume", help="planes per second propagated through a stack vs SAM2VideoPredictor (JSON)")
     bench_volume.add_argument("--planes", type=int, default=None, help="planes in the stack (default 20)")
     bench_volume.add_argument("--repeats", type=int, default=None, help="runs of each (default 2)")
@@ -285,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
     bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")
     bench_memory.add_argument("--soak-minutes", type=float, default=None, help="minutes of hovering through Triton (default 10)")
-    for kind in (bench_click, bench_annotators, bench_memory, bench_volume, bench_automatic):
+    for kind in (bench_click, bench_annotators, bench_servers, bench_memory, bench_volume, bench_automatic):
         kind.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))
         kind.add_argument("--shape", type=int, nargs=2, default=None, metavar=("H", "W"))
         kind.set_defaults(func=_cmd_bench_json)

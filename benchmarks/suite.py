@@ -38,6 +38,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "hover": {"duration_s": 60.0},  # ~54 previews per backend: enough for a p95
         "click": {"clicks": 20},
         "annotators": {"counts": (1, 4, 16, 32), "duration_s": 6.0},
+        "servers": {"counts": (16, 32), "duration_s": 6.0},
         "memory": {"client_counts": (1, 10, 100), "soak_s": 150.0, "sample_s": 10.0},
         "gui": {"hover_s": 20.0},
         "series_gui": {"commits": 20},
@@ -114,6 +115,7 @@ RUNNERS = {
     "hover": "benchmarks.hover",
     "click": "benchmarks.click",
     "annotators": "benchmarks.annotators",
+    "servers": "benchmarks.servers",
     "memory": "benchmarks.memory",
     "gui": "benchmarks.gui",
     "series_gui": "benchmarks.series_gui",

@@ -136,6 +136,16 @@ def require_server_env():
         pytest.skip("no server environment (triton-sam server-env --path .venv-server)")
 
 
+def require_haproxy() -> None:
+    """Skip where HAProxy is not installed on a developer machine; fail in CI, where it must be."""
+    from benchmarks.balancer import haproxy_binary
+
+    if haproxy_binary() is None:
+        if os.environ.get("CI"):
+            raise RuntimeError("haproxy is not installed: scripts/install-system-packages.sh installs it")
+        pytest.skip("haproxy is not installed (scripts/install-system-packages.sh installs it)")
+
+
 def start_server(repository, **options):
     """A real Triton server (`triton-sam serve` machinery) on free loopback ports."""
     from triton_sam.server.local import LocalTritonServer

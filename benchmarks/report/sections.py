@@ -1,12 +1,13 @@
 """The report's sections, one a benchmark (`SECTIONS`, in the page's order): each renders a
 benchmark's results as Markdown, its goals' verdicts included. Those run in napari are in `in_napari`,
-micro-sam's models and its instance segmentation in `microsam`.
+micro-sam's models and its instance segmentation in `microsam`, several servers in `servers`.
 """
 
 from __future__ import annotations
 
 from .in_napari import gui, large, series_gui
 from .microsam import instance, microsam
+from .servers import servers
 from .tables import markdown_table, ms, verdict
 
 
@@ -290,5 +291,6 @@ SECTIONS = {  # benchmark -> (title, its Markdown)
     "microsam": ("micro-sam models side by side", microsam),
     "instance": ("Instance segmentation with micro-sam's decoder, side by side", instance),
     "annotators": ("Many annotators on one Triton server", _annotators),
+    "servers": ("Several servers", servers),
     "memory": ("Memory", _memory),
 }

@@ -4,21 +4,14 @@ server's images move to the others while the rest stay where they were."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import os
-import shutil
-import subprocess
-import time
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from conftest import start_server
+from benchmarks.balancer import Balancer
+from conftest import require_haproxy, start_server
 from synthetic import disk_image
 from triton_sam import contract
 from triton_sam.engines import TritonConnection
@@ -27,71 +20,18 @@ from triton_sam.engines.triton_client import infer_inputs
 from triton_sam.image import encoder_input
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
-from triton_sam.server.local import LocalTritonServer, free_ports
+from triton_sam.server.local import LocalTritonServer
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "haproxy" / "haproxy.cfg"
 SESSION = get_model("sam2.1_hiera_tiny").session_name
 IMAGES = 24
 OUTCOMES = ("encoded", "decoded")  # of the session model's requests, counted per server
 
 
-def haproxy_binary() -> str:
-    """HAProxy's executable; skipped where it is not installed, required in CI."""
-    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
-    if found is None:
-        if os.environ.get("CI"):
-            raise RuntimeError("haproxy is not installed: scripts/install-system-packages.sh installs it")
-        pytest.skip("haproxy is not installed (scripts/install-system-packages.sh installs it)")
-    return found
-
-
-def balancer_config(grpc_port: int, stats_port: int, servers: dict[str, LocalTritonServer]) -> str:
-    """The shipped configuration with its server lines replaced by `servers` and its ports by ours."""
-    lines = [line for line in CONFIG.read_text().splitlines() if not line.lstrip().startswith("server ")]
-    assert lines[-1].lstrip().startswith("default-server "), "the server lines end the shipped file"
-    lines += [f"    server {name} {server.grpc_url} port {server.ports['http']}" for name, server in servers.items()]
-    text = "\n".join(lines) + "\n"
-    for shipped, ours in (("bind :8001 ", f"bind 127.0.0.1:{grpc_port} "), ("bind :8404\n", f"bind 127.0.0.1:{stats_port}\n")):
-        assert text.count(shipped) == 1
-        text = text.replace(shipped, ours)
-    return text
-
-
-class Balancer:
-    """A running HAProxy process and what the tests ask of it."""
-
-    def __init__(self, config: Path, grpc_port: int, stats_port: int) -> None:
-        self.url = f"127.0.0.1:{grpc_port}"
-        self.stats_url = f"http://127.0.0.1:{stats_port}/stats;csv"
-        self.log = config.with_suffix(".log")
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen([haproxy_binary(), "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
-
-    def server_states(self) -> dict[str, str]:
-        """Each backend server's state and last health check, e.g. "UP L7OK" or "DOWN L4CON"
-        (a server is UP before its first check, with no check status yet)."""
-        with urllib.request.urlopen(self.stats_url, timeout=5) as response:
-            rows = csv.DictReader(io.StringIO(response.read().decode().lstrip("# ")))
-            servers = (row for row in rows if row["pxname"] == "triton" and row["svname"] != "BACKEND")
-            return {row["svname"]: f"{row['status'].split()[0]} {row['check_status'].lstrip('* ')}" for row in servers}
-
-    def wait_for(self, expected: dict[str, str], timeout_s: float = 30.0) -> None:
-        deadline, states = time.monotonic() + timeout_s, None
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()
-            try:
-                states = self.server_states()
-            except OSError:  # not listening yet
-                pass
-            if states == expected:
-                return
-            time.sleep(0.2)
-        log = "\n".join(line for line in self.log.read_text().splitlines() if "/stats" not in line)
-        pytest.fail(f"HAProxy's servers are {states}, not {expected}:\n{log[-4000:]}")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
+def wait_for(balancer: Balancer, expected: dict[str, str]) -> None:
+    try:
+        balancer.wait_for(expected)
+    except TimeoutError as error:
+        pytest.fail(str(error))
 
 
 @pytest.fixture(scope="module")
@@ -108,15 +48,10 @@ def servers(synthetic_repository):
 
 @pytest.fixture(scope="module")
 def balancer(servers, tmp_path_factory):
-    grpc_port, stats_port = free_ports(2)
-    config = tmp_path_factory.mktemp("haproxy") / "haproxy.cfg"
-    config.write_text(balancer_config(grpc_port, stats_port, servers))
-    balancer = Balancer(config, grpc_port, stats_port)
-    try:
-        balancer.wait_for(dict.fromkeys(servers, "UP L7OK"))
+    require_haproxy()
+    with Balancer(tmp_path_factory.mktemp("haproxy"), servers) as balancer:
+        wait_for(balancer, dict.fromkeys(servers, "UP L7OK"))
         yield balancer
-    finally:
-        balancer.stop()
 
 
 def image(index: int) -> np.ndarray:
@@ -192,7 +127,7 @@ def test_our_engine_through_the_balancer_finds_each_image_where_it_was_encoded(b
 def test_a_stopped_server_s_images_move_and_the_others_stay(balancer, servers):
     before = placement(balancer, servers, range(IMAGES))
     servers["triton-1"].stop()
-    balancer.wait_for({"triton-0": "UP L7OK", "triton-1": "DOWN L4CON", "triton-2": "UP L7OK"})
+    wait_for(balancer, {"triton-0": "UP L7OK", "triton-1": "DOWN L4CON", "triton-2": "UP L7OK"})
     after = placement(balancer, servers, range(IMAGES))
     moved = {index for index in before if after[index] != before[index]}
     assert moved == {index for index, name in before.items() if name == "triton-1"}
