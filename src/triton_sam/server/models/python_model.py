@@ -364,7 +364,9 @@ class SessionModel:
 def _feature_store(encoder, decoder, params: dict, on_gpu: bool, model_dir: Path):
     """Where the session model keeps features (see the module docstring's `feature_buffers`)."""
     capacity = int(params.get(contract.CACHE_SIZE_PARAMETER, "16"))
-    names = [output.name for output in encoder.get_outputs()]
+    # The features the decoder takes: not SAM3's detector maps (kept here once it answers concept requests).
+    decoder_inputs = {i.name for i in decoder.get_inputs()}
+    names = [output.name for output in encoder.get_outputs() if output.name in decoder_inputs]
     buffers = params.get(contract.FEATURE_BUFFERS_PARAMETER, "auto")
     if buffers == "off" or (buffers == "auto" and not on_gpu):
         return FeatureStore(capacity, names)
