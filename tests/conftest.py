@@ -102,6 +102,16 @@ def cli_export(model_id: str, repository: Path, *options: str) -> str:
     return done.stderr
 
 
+def run_reference(script_name: str, *arguments: str) -> str:
+    """Run tests/export/`script_name` (an official model's reference, gigabytes that this process
+    would otherwise keep) in a process of its own; its stdout."""
+    script = FIRST / script_name
+    done = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True)
+    if done.returncode:
+        pytest.fail(f"{script.name} failed:\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
 @pytest.fixture(scope="session")
 def vit_b_lm_export(tmp_path_factory):
     """(checkpoint, decoder file, repository): random vit_b_lm files as micro-sam publishes them (plain

@@ -26,7 +26,7 @@ class CountingEngine:
 
     def __init__(self, engine) -> None:
         self.engine, self.spec, self.encodes, self.batches = engine, engine.spec, 0, []
-        self.weights_id = engine.weights_id
+        self.weights_id, self.detector_maps = engine.weights_id, engine.detector_maps
 
     def encode_many(self, images):
         self.encodes += len(images)

@@ -133,6 +133,10 @@ TEXT_FEATURES = "text_features"
 # and PRESENCE_LOGIT [1, 1]; a query's score is sigmoid(logit) * sigmoid(presence).
 DETECTOR_FILE = "detector.onnx"
 DETECTOR_MAPS = ("detector_map_288", "detector_map_144", "detector_map_72")
+DETECTOR_MAP_SHAPES = {name: (256, side, side) for name, side in zip(DETECTOR_MAPS, (288, 144, 72))}
+# SAM3's encoder answers the DETECTOR_MAPS after the tracker's features (`ModelSpec.feature_shapes`),
+# from the same trunk run: optional outputs that the decoder and the session model ignore; an
+# engine keeps them only when asked (`LocalEngine(detector_maps=True)`: 111 MB an image).
 TEXT_PADDING = "text_padding"
 EXEMPLAR_BOXES = "exemplar_boxes"
 EXEMPLAR_LABELS = "exemplar_labels"

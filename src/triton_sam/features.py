@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from platformdirs import user_cache_dir
 
+from . import contract
 from .engines import Engine, ImageFeatures
 from .errors import InvalidInputError
 from .server.models.triton_sam_arrays import content_signature  # the handle a server gives the same features
@@ -207,8 +208,9 @@ class FeatureCache:
         if self.disk_dir is None or not (self.disk_dir / f"{key}.npz").is_file():
             return None
         try:
+            shapes = self._shapes  # maps this engine does not keep are not read
             with np.load(self.disk_dir / f"{key}.npz", allow_pickle=False) as stored:
-                arrays = {name: stored[name] for name in stored.files}
+                arrays = {name: stored[name] for name in stored.files if name in shapes}
         except (OSError, ValueError, EOFError, zipfile.BadZipFile):
             return None  # unreadable: encode again and overwrite
         if not self._expected(arrays):
@@ -220,10 +222,15 @@ class FeatureCache:
             pass
         return ImageFeatures(arrays)
 
+    @property
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        """Name -> shape of each array the engine's features hold (SAM3's detector maps where it keeps them)."""
+        maps = {name: contract.DETECTOR_MAP_SHAPES[name] for name in self.engine.detector_maps}
+        return {name: (1, *shape) for name, shape in {**self.engine.spec.feature_shapes, **maps}.items()}
+
     def _expected(self, arrays: dict[str, np.ndarray]) -> bool:
         """Names, shapes and dtype of the engine's features, all values finite."""
-        shapes = {name: (1, *shape) for name, shape in self.engine.spec.feature_shapes.items()}
-        return {name: a.shape for name, a in arrays.items()} == shapes and all(
+        return {name: a.shape for name, a in arrays.items()} == self._shapes and all(
             a.dtype == np.float32 and np.isfinite(a).all() for a in arrays.values()
         )
 

@@ -8,14 +8,10 @@ text features, for a phrase, a phrase + a positive box, a phrase + a negative bo
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from conftest import PARITY_SEED, require_export_extra
+from conftest import PARITY_SEED, require_export_extra, run_reference
 from triton_sam.concepts import PhraseEncoder
 
 pytestmark = pytest.mark.parity
@@ -31,13 +27,7 @@ def text_encoders(tmp_path_factory):
     pytest.importorskip("sam3")
     directory = tmp_path_factory.mktemp("concepts")
     reference = tmp_path_factory.mktemp("sam3_text") / "features.npz"
-    script = Path(__file__).with_name("sam3_text_reference.py")
-    done = subprocess.run(
-        [sys.executable, str(script), str(PARITY_SEED), str(directory), str(reference), *PHRASES], capture_output=True, text=True
-    )
-    if done.returncode:
-        pytest.fail(f"{script.name} failed:\n{done.stderr[-4000:]}")
-    print(done.stdout.strip())
+    print(run_reference("sam3_text_reference.py", str(PARITY_SEED), str(directory), str(reference), *PHRASES).strip())
     with np.load(reference) as arrays:
         expected = [(arrays[f"mask{index}"], arrays[f"features{index}"]) for index in range(len(PHRASES))]
     return expected, PhraseEncoder(directory)
@@ -70,11 +60,7 @@ def detector_reference(tmp_path_factory):
     from triton_sam import contract
 
     directory = tmp_path_factory.mktemp("detector")
-    script = Path(__file__).with_name("sam3_detector_reference.py")
-    done = subprocess.run([sys.executable, str(script), str(directory), str(PARITY_SEED)], capture_output=True, text=True)
-    if done.returncode:
-        pytest.fail(f"{script.name} failed:\n{done.stderr[-4000:]}")
-    print(done.stdout)
+    print(run_reference("sam3_detector_reference.py", str(directory), str(PARITY_SEED)))
     session = onnxruntime.InferenceSession(str(directory / contract.DETECTOR_FILE), providers=["CPUExecutionProvider"])
     with np.load(directory / "reference.npz") as saved:
         yield session, dict(saved)

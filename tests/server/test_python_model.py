@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import sys
 import types
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from synthetic import disk_image
 from triton_sam import contract
@@ -287,6 +290,23 @@ def test_images_of_one_shape_are_encoded_together_as_one_by_one(python_model, sy
     expected = [[_encode(plain, i) for i in images[:4]], [_encode(plain, other)], [_encode(plain, images[i]) for i in (5, 3, 4)]]
     assert handles == expected
     _assert_decode_alike(batched, plain, [h for request in handles for h in request])
+
+
+@pytest.mark.parametrize("buffers", ["off", "on"])
+def test_encoder_outputs_the_decoder_does_not_take_are_not_kept(python_model, synthetic_repository, tmp_path, buffers):
+    """SAM3's encoder also answers the concept detector's maps: the session model keeps only the
+    decoder's features (until it answers concept requests) and decodes as without them."""
+    repository = Path(shutil.copytree(synthetic_repository, tmp_path / "repository"))
+    path = repository / TINY.encoder_name / "1" / "model.onnx"
+    encoder, extra = onnx.load(path), contract.DETECTOR_MAPS[-1]
+    encoder.graph.node.append(helper.make_node("Identity", ["image_embed"], [extra]))
+    encoder.graph.output.append(helper.make_tensor_value_info(extra, TensorProto.FLOAT, None))
+    onnx.save(encoder, path)
+    model, plain = _session_model(python_model, repository, buffers), _session_model(python_model, synthetic_repository, "off")
+    assert extra in [o.name for o in model.encoder.get_outputs()] and model.cache.names == list(TINY.feature_shapes)
+    image = _images()[1]
+    assert _encode(model, image) == _encode(plain, image)
+    _assert_decode_alike(model, plain, [_encode(model, image)])
 
 
 def test_a_batch_fills_free_slots_that_are_not_side_by_side(python_model, synthetic_repository):

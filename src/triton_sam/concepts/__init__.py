@@ -5,9 +5,12 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
 1. Image. `set_image` resizes to 1008 x 1008 (mean = std = 0.5) and runs the ViT trunk once; SAM3's
    dual neck then makes two sets of maps from the trunk's [1, 1024, 72, 72] output: the detector's
    (`backbone_fpn`: 256 channels at 288, 144 and 72 px, with fixed sine position encodings) and the
-   tracker's (`sam2_backbone_out`, what `export.sam3_onnx` exports for points and boxes). One encode
-   serves both when the encoder graph answers the detector's maps beside the tracker's (the trunk,
-   ~95 % of the encode, is shared); the session model keeps them under the same handle.
+   tracker's (`sam2_backbone_out`). One encode serves both: SAM3's encoder graph
+   (`export.sam3_onnx.Encoder`) answers the detector's maps (`contract.DETECTOR_MAPS`) after the
+   tracker's features, from one trunk run. They are 111 MB per image in float32 (256 x (288^2 +
+   144^2 + 72^2)), so an engine keeps them only when asked (`LocalEngine(detector_maps=True)`) and
+   the decoder ignores them; the `FeatureCache` is bounded in bytes (1 GB by default: ~7 such
+   images, ~48 without the maps).
 2. Phrase -> text features: CLIP's BPE tokenizer (`concepts.tokenizer`, on the client, no torch),
    then the text encoder graph (`text_encoder.onnx`: 24-layer, 1024-wide transformer and a linear
    resize to 256; token ids int64 [B, 32] -> float32 [B, 32, 256]). It depends on the phrase alone,
@@ -23,17 +26,20 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
    decoder (200 queries, 6 layers, box refinement, a presence token); dot-product scores against
    the prompt; the segmentation head (pixel decoder over the 288/144/72 px maps, mask embeddings)
    -> per query: a box (cx, cy, w, h), a score logit, 288 x 288 mask logits, and one presence logit.
-4. Post-processing on the client (as `_forward_grounding`): score = sigmoid(logit) *
-   sigmoid(presence), kept above `confidence_threshold`; boxes to x0, y0, x1, y1 in image pixels;
-   masks bilinearly resized to the image and thresholded at sigmoid 0.5. A new threshold re-filters
-   the last detector outputs without running the detector again.
+4. Post-processing on the client (`concepts.instances`, as `_forward_grounding`): score =
+   sigmoid(logit) * sigmoid(presence), kept above `confidence_threshold`; boxes to x0, y0, x1, y1 in
+   image pixels; masks bilinearly resized to the image and thresholded at sigmoid 0.5. A new
+   threshold re-filters the last detector outputs without running the detector again.
 
-One encode for both (not done): SAM3's tracker export already holds the detector's neck
-(`backbone.vision_backbone.convs`, loaded from `detector.backbone.vision_backbone.*` of a sam3.pt)
-but `Sam3TrackerPredictor.forward_image` keeps only `sam2_backbone_out`; a SAM3 encoder wrapper
-would call `backbone.forward_image` once and answer its `backbone_fpn` (the three detector maps)
-beside the tracker's features (conv_s0/conv_s1 applied as the tracker does). They are 111 MB per
-image in float32 (256 x (288^2 + 144^2 + 72^2)), so the session model should keep them on the server.
+`ConceptProcessor` (`concepts.processor`) is `Sam3Processor`'s API on these graphs, run locally
+(ONNX Runtime), the image encoded through a `FeatureCache` that a tracker `Predictor` can share
+(one encode for points and concepts); it matches `Sam3Processor` end to end on random weights
+(tests/export/test_sam3_processor_parity.py).
+
+Not done yet: exporting the concept graphs with `triton-sam export` (the tests export them from
+sam3's image model); the Triton concept request (the session model keeps only the tracker's
+features and ignores the maps; it should keep them and answer instances with masks cropped to
+their boxes); the napari "Find" field; a benchmark against `Sam3Processor`.
 
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the
@@ -45,7 +51,8 @@ pooled with torchvision's `roi_align` (ONNX RoiAlign, sampling ratio adaptive, a
 number of exemplar boxes), so the export traces equivalent forms (`export.traceable_attention`).
 """
 
+from .processor import ConceptProcessor
 from .text import PhraseEncoder
 from .tokenizer import Tokenizer
 
-__all__ = ["PhraseEncoder", "Tokenizer"]
+__all__ = ["ConceptProcessor", "PhraseEncoder", "Tokenizer"]

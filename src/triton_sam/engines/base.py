@@ -114,6 +114,9 @@ class Engine(ABC):
     # How many images of one shape (a large plane's tiles) callers should hand `encode_many` at
     # once: more than one where the engine encodes them together faster (a server batching on a GPU).
     encode_batch: int = 1
+    # SAM3's concept detector maps (`contract.DETECTOR_MAPS`) that this engine's features hold besides
+    # the decoder's: none unless asked for (`LocalEngine(detector_maps=True)`).
+    detector_maps: tuple[str, ...] = ()
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:

@@ -35,7 +35,9 @@ class LocalEngine(Engine):
     """Encoder and decoder ONNX Runtime sessions for one exported model.
 
     `feature_device` says where features are kept as ONNX Runtime buffers ("cuda", "cpu"); by
-    default on the GPU the sessions run on, and as numpy arrays on a CPU.
+    default on the GPU the sessions run on, and as numpy arrays on a CPU. With `detector_maps` the
+    features also hold SAM3's concept detector maps (`contract.DETECTOR_MAPS`, 111 MB an image in
+    float32, from the same encoder run): only for `concepts.ConceptProcessor`; the decoder ignores them.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class LocalEngine(Engine):
         intra_op_threads: int = 0,
         trt_cache_dir: str | None = None,
         feature_device: str | None = None,
+        detector_maps: bool = False,
     ) -> None:
         self.spec = exported.spec
         self.exported = exported
@@ -55,6 +58,18 @@ class LocalEngine(Engine):
         self._intra_op_threads, self._trt_cache_dir = intra_op_threads, trt_cache_dir
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
         self._on_cpu = on_cpu(self.providers)
+        self.detector_maps = self._detector_maps() if detector_maps else ()
+        self._outputs = [*self.spec.feature_shapes, *self.detector_maps]
+
+    def _detector_maps(self) -> tuple[str, ...]:
+        """The encoder's detector map outputs; raises where the export has none (not SAM3, or older)."""
+        answered = {output.name for output in self._encoder.get_outputs()}
+        if not set(contract.DETECTOR_MAPS) <= answered:
+            raise InvalidInputError(
+                f"{self.exported.encoder} does not answer SAM3's detector maps (concept prompts): "
+                f"export {self.spec.model_id} again with this version of triton-sam."
+            )
+        return contract.DETECTOR_MAPS
 
     @functools.cached_property
     def _instance_decoder(self) -> ort.InferenceSession:
@@ -92,7 +107,7 @@ class LocalEngine(Engine):
         return LocalVideo(cache, self.exported, self.providers)
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
-        names = list(self.spec.feature_shapes)
+        names = self._outputs
         batch = np.ascontiguousarray(image[None])
         if self._device is None:
             run_options = release_cpu_arena(ort.RunOptions()) if self._on_cpu else None
@@ -150,7 +165,8 @@ class LocalEngine(Engine):
         """The decoder fed numpy arrays, the features repeated for each prompt set of a run. On a CPU
         `CPU_DECODE_BATCH` prompt sets a run (larger runs are no faster there, and take more memory),
         and a batch's last run gives the arena's memory back: that peak is rare (`ort_sessions`)."""
-        arrays = features.host_arrays()
+        host = features.host_arrays()
+        arrays = {name: host[name] for name in self.spec.feature_shapes}  # not the detector maps
         prompts = prompt_feeds(request, self.spec.low_res_size)
         batch = request.batch_size
         step = CPU_DECODE_BATCH if self._on_cpu else batch
@@ -167,8 +183,8 @@ class LocalEngine(Engine):
     def _decode_on_device(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
         """The decoder fed the features where they are; the prompts go in and the outputs come out."""
         binding = self._decoder.io_binding()
-        for name, value in features.device.items():
-            binding.bind_ortvalue_input(name, value)
+        for name in self.spec.feature_shapes:
+            binding.bind_ortvalue_input(name, features.device[name])
         for name, array in prompt_feeds(request, self.spec.low_res_size).items():
             binding.bind_cpu_input(name, array)
         for name in outputs:

@@ -61,14 +61,20 @@ class Encoder(nn.Module):
         self.add_no_mem_embed = model.directly_add_no_mem_embed if add_no_mem_embed is None else add_no_mem_embed
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.features(self.model.forward_image(self.model_input(image)), image.shape[0])
+
+    def model_input(self, image: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, H, W, C] -> the backbone's normalised [B, 3, size, size] input."""
         x = image.permute(0, 3, 1, 2).float() / 255.0  # as ToTensor, before the resize
         x = antialiased_resize(x, self.size, self.size).expand(-1, 3, -1, -1)
         x = (x - self.mean) / self.std
-        backbone_out = self.model.forward_image(x.to(param_dtype(self.model)))
+        return x.to(param_dtype(self.model))
+
+    def features(self, backbone_out: dict, batch: int) -> tuple[torch.Tensor, ...]:
+        """The model's `forward_image` output -> image_embed, high_res_feats_0, high_res_feats_1."""
         _, vision_feats, _, _ = self.model._prepare_backbone_features(backbone_out)
         if self.add_no_mem_embed:
             vision_feats[-1] = vision_feats[-1] + self.model.no_mem_embed
-        batch = image.shape[0]
         feats = [feat.permute(1, 2, 0).reshape(batch, -1, *size).float() for feat, size in zip(vision_feats, self.feature_sizes)]
         return feats[2], feats[0], feats[1]
 
@@ -137,10 +143,13 @@ def constant_position_embedding(trunk: nn.Module, input_size: int) -> Iterator[N
         del trunk._get_pos_embed
 
 
-def export_image_encoder(encoder: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None) -> None:
-    """Export an encoder taking uint8 [B, H, W, C] images, all four dynamic."""
+def export_image_encoder(
+    encoder: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, more_outputs: tuple[str, ...] = ()
+) -> None:
+    """Export an encoder taking uint8 [B, H, W, C] images, all four dynamic; its outputs are the
+    features, then `more_outputs` (SAM3's detector maps)."""
     image = torch.zeros(1, 600, 800, 3, dtype=torch.uint8)  # not the input size: the resize must be traced
-    names = list(spec.feature_shapes)
+    names = [*spec.feature_shapes, *more_outputs]
     dynamic = {contract.ENCODER_INPUT: {0: "batch", 1: "height", 2: "width", 3: "channels"}}
     dynamic.update({name: {0: "batch"} for name in names})
     export_onnx(encoder.eval(), (image,), path, [contract.ENCODER_INPUT], names, dynamic, external_data)

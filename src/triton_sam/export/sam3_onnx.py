@@ -3,7 +3,9 @@
 
 The tracker is SAM2's prompt encoder and mask decoder (the same code, line for line) on SAM3's
 ViT backbone at 1008 x 1008 with three feature levels, so SAM2's export wrappers serve it: the
-encoder with SAM3's mean/std (0.5) and `no_mem_embed` always added, the decoder unchanged.
+encoder with SAM3's mean/std (0.5) and `no_mem_embed` always added, the decoder unchanged. The
+encoder also answers the concept detector's three maps (`contract.DETECTOR_MAPS`, SAM3's other
+neck on the same trunk run): one encode serves points, boxes and concepts.
 Needs the `export` extra (torch, sam3).
 """
 
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from .. import contract
 from ..registry import ModelSpec
 from . import sam2_onnx
 from .checkpoint import with_weights
@@ -87,12 +90,28 @@ def real_valued_rope(trunk: nn.Module) -> Iterator[None]:
             del layer._apply_rope
 
 
+class Encoder(sam2_onnx.Encoder):
+    """uint8 image batch [B, H, W, C] -> the tracker's features (SAM2's encoder outputs), then the
+    detector's maps at 288, 144 and 72 px, all from one run of the trunk: sam3's backbone answers
+    both necks' outputs, of which `Sam3TrackerBase.forward_image` keeps only the tracker's."""
+
+    def __init__(self, model: nn.Module, spec: ModelSpec) -> None:
+        super().__init__(model, spec, mean=_MEAN, std=_STD, add_no_mem_embed=True)
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        both = self.model.backbone.forward_image(self.model_input(image))
+        tracker = dict(both["sam2_backbone_out"])
+        fpn = list(tracker["backbone_fpn"])  # as Sam3TrackerBase.forward_image: levels 0 and 1 projected once
+        fpn[0], fpn[1] = self.model.sam_mask_decoder.conv_s0(fpn[0]), self.model.sam_mask_decoder.conv_s1(fpn[1])
+        tracker["backbone_fpn"] = fpn
+        return (*self.features(tracker, image.shape[0]), *(level.float() for level in both["backbone_fpn"]))
+
+
 def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False) -> None:
     """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
     model = half_copy(model) if half else model
-    encoder = sam2_onnx.Encoder(model, spec, mean=_MEAN, std=_STD, add_no_mem_embed=True)
     with real_valued_rope(model.backbone.vision_backbone.trunk):
-        sam2_onnx.export_image_encoder(encoder, spec, path, external_data)
+        sam2_onnx.export_image_encoder(Encoder(model, spec), spec, path, external_data, contract.DETECTOR_MAPS)
 
 
 export_decoder = sam2_onnx.export_decoder

@@ -109,13 +109,14 @@ class DeviceCounts:
 def _feature_store(device: Device, params: dict, model_dir: Path):
     """Where `device` keeps features (see `python_model.py`'s docstring, `feature_buffers`)."""
     capacity = int(params.get(contract.CACHE_SIZE_PARAMETER, "16"))
-    names = [output.name for output in device.encoder.get_outputs()]
+    # The decoder's inputs say which features to keep (not SAM3's detector maps, kept here once the
+    # session model answers concept requests) and their shapes (the encoder's may be symbolic).
+    decoder_shapes = {i.name: i.shape[1:] for i in device.decoder.get_inputs()}
+    names = [output.name for output in device.encoder.get_outputs() if output.name in decoder_shapes]
     buffers = params.get(contract.FEATURE_BUFFERS_PARAMETER, "auto")
     if buffers == "off" or (buffers == "auto" and not device.on_gpu):
         return FeatureStore(capacity, names)
     gather = ort_session(model_dir / contract.GATHER_FILE, device.index)
-    # The decoder's inputs say the feature shapes (the encoder's outputs may be symbolic: any image size).
-    decoder_shapes = {i.name: i.shape[1:] for i in device.decoder.get_inputs()}
     shapes = [decoder_shapes[name] for name in names]
     if device.on_gpu:
         return BufferFeatureStore(capacity, names, shapes, "cuda", gather, device.index)
