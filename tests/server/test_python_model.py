@@ -303,7 +303,8 @@ def test_encoder_outputs_the_decoder_does_not_take_are_not_kept(python_model, sy
     encoder.graph.output.append(helper.make_tensor_value_info(extra, TensorProto.FLOAT, None))
     onnx.save(encoder, path)
     model, plain = _session_model(python_model, repository, buffers), _session_model(python_model, synthetic_repository, "off")
-    assert extra in [o.name for o in model.encoder.get_outputs()] and model.cache.names == list(TINY.feature_shapes)
+    device = model.devices[0]
+    assert extra in [o.name for o in device.encoder.get_outputs()] and device.cache.names == list(TINY.feature_shapes)
     image = _images()[1]
     assert _encode(model, image) == _encode(plain, image)
     _assert_decode_alike(model, plain, [_encode(model, image)])
