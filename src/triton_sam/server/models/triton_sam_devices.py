@@ -65,7 +65,10 @@ def device_count(on_gpu: bool) -> int:
 
 def placed(devices: list, handle: str) -> Device:
     """The device holding the features of image `handle`: the highest hash of (device, handle)
-    (rendezvous hashing: stable, and a device added takes only its share of the images)."""
+    (rendezvous hashing: stable, and a device added takes only its share of the images); no hashing
+    where there is one device, as on most servers (every encode and decode asks)."""
+    if len(devices) == 1:
+        return devices[0]
     return max(devices, key=lambda device: hashlib.blake2b(f"{device.index}:{handle}".encode(), digest_size=8).digest())
 
 
