@@ -247,9 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--session-batching",
         action=argparse.BooleanOptionalAction,
-        default=None,
-        help="dynamic batching of the session models and images encoded together "
-        "(default: on with a GPU, off on a CPU where they only add delay)",
+        default=False,
+        help="dynamic batching of the session models and images encoded together (default: off; "
+        "measured slower on a CPU and, so far, on a GPU: BENCHMARKS.md)",
     )
     serve.add_argument(
         "--models",
