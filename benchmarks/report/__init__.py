@@ -17,7 +17,7 @@ from .sections import SECTIONS
 REPRODUCE = (
     "python -m benchmarks all && python -m benchmarks all --only memory --soak-minutes 10 "
     "--output bench-results/soak.json && python -m benchmarks report bench-results/results.json bench-results/soak.json "
-    "--gpu docs/benchmarks/gpu-h100"
+    "--gpu docs/benchmarks/gpu-h200"
 )
 
 

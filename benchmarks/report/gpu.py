@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .sections import SECTIONS
+from .sections import SECTIONS, batching_goal
 from .tables import markdown_table, ms, verdict
 
 
@@ -61,7 +61,8 @@ def _gpu_parity(runs: dict[str, dict]) -> str:
 
 
 def gpu_section(directory: Path) -> str:
-    """The GPU section from a directory of `benchmarks/bench-gpu.sh` results and its machine.json."""
+    """The GPU section from a directory of `benchmarks/bench-gpu.sh` results and its machine.json
+    (the machine, the command, what the misses come from as far as the run shows, what was not measured)."""
     about = json.loads((directory / "machine.json").read_text())
     load = {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json")) if p.name != "machine.json"}
     predictor = {k: v for k, v in load.items() if k.startswith("predictor-")}
@@ -72,24 +73,73 @@ def gpu_section(directory: Path) -> str:
         "### Local engine vs the official predictor\n\n" + _gpu_predictor(predictor),
         "### Agreement with the official float32 predictor on the GPU (parity images and prompts)\n\n" + _gpu_parity(parity),
     ]
-    hover = load.get("hover-local", {}).get("local")
-    if hover:
-        ours, single, trace = hover["ours"]["latency_ms"], hover["single_decode"], load["hover-local"]
+    hovers = [
+        _hover(load[name], backend) for name, backend in (("hover-local", "local"), ("hover-triton", "triton")) if name in load
+    ]
+    if hovers:
+        text.append("### Hover on the GPU\n\n" + markdown_table(HOVER_HEADER, hovers))
+    suite = load.get("suite-triton-results", {}).get("results", {})  # `bench all` through Triton on the GPU
+    goals = _goals(predictor, parity, load.get("hover-triton", {}).get("triton"), suite.get("annotators"))
+    if goals:
+        findings = "".join(f"- {line}\n" for line in about.get("findings", []))
         text.append(
-            "### Hover, local engine on the GPU\n\n"
-            f"One preview decode (mask at full size) {single['median_ms']:.1f} ms median; our session on the "
-            f"{trace['duration_s']:.0f} s, {trace['rate_hz']:.0f} Hz trace: event to mask "
-            f"p50 {ours['p50']:.1f} / p95 {ours['p95']:.1f} ms, {hover['ours']['stale_delivered']} stale.\n"
+            "### The GPU goals (#38)\n\n" + markdown_table(["goal", "measured", ""], goals) + (findings and f"\n{findings}")
         )
     probe = load.get("decoder-probe")
     if probe:
         text.append(_decoder_probe(probe))
-    suite = load.get("suite-triton-results", {}).get("results", {})  # `bench all` through Triton on the GPU
     for name, (title, section) in SECTIONS.items():
         if name in suite:
             text.append(f"### On the GPU: {title}\n\n{section(suite[name])}")
     text.append("### Not measured\n\n" + "\n".join(f"- {line}" for line in about["not_measured"]) + "\n")
     return "\n".join(text)
+
+
+HOVER_HEADER = ["engine", "one preview decode, median ms", "trace", "event to mask p50 / p95 ms", "decodes sent", "stale"]
+
+
+def _hover(trace: dict, backend: str) -> list[str]:
+    """`python -m benchmarks hover --backends BACKEND`: one preview decode (mask at full size, as
+    shown) and our session on the mouse trace."""
+    run = trace[backend]
+    ours = run["ours"]
+    return [
+        "local ONNX Runtime" if backend == "local" else "Triton (loopback)",
+        ms(run["single_decode"]["median_ms"]),
+        f"{trace['duration_s']:.0f} s at {trace['rate_hz']:.0f} Hz, {trace['events']} events",
+        f"{ms(ours['latency_ms']['p50'])} / {ms(ours['latency_ms']['p95'])}",
+        str(ours["requests_sent"]),
+        str(ours["stale_delivered"]),
+    ]
+
+
+def _goals(predictor: dict, parity: dict, hover: dict | None, annotators: dict | None) -> list[list[str]]:
+    """Issue #38's goals, each with what this run measured: predict against the official fp32
+    predictor, agreement, the hover decode through Triton, and what dynamic batching gives 16 annotators."""
+    rows = [
+        [
+            f"`predict` <= 0.5x official fp32 ({r['model']}, {r['encoder_precision']} encoder)",
+            f"{r['decode_ratio']:.2f}x",
+            verdict(r["decode_ratio"], 0.5),
+        ]
+        for r in predictor.values()
+    ]
+    if parity:
+        worst = min(v["ours"]["min_iou"] for r in parity.values() for v in r.values() if isinstance(v, dict))
+        rows.append(
+            ["min IoU >= 0.995 vs official fp32 (every model, image and precision)", f"{worst:.4f}", verdict(worst, 0.995, True)]
+        )
+    if hover:
+        single = hover["single_decode"]["median_ms"]
+        rows.append(
+            ["hover decode through Triton <= 8 ms median (loopback, mask at full size)", f"{single:.1f} ms", verdict(single, 8.0)]
+        )
+    goal = batching_goal(annotators) if annotators else None
+    if goal is not None:
+        gain, p95_ratio = goal
+        rows.append(["16 annotators: dynamic batching >= 2x the decodes/s without it", f"{gain:.2f}x", verdict(gain, 2.0, True)])
+        rows.append(["16 annotators with it: p95 <= 2x a single annotator's", f"{p95_ratio:.2f}x", verdict(p95_ratio, 2.0)])
+    return rows
 
 
 PROBED = {

@@ -28,7 +28,7 @@ def test_python_m_benchmarks_runs_every_benchmark_and_the_report():
         assert parser.parse_args([kind]).func
     args = parser.parse_args(["all", "--profile", "smoke", "--only", "click", "hover"])
     assert (args.profile, args.only) == ("smoke", ["click", "hover"])
-    args = parser.parse_args(["report", "a.json", "--gpu", "docs/benchmarks/gpu-h100"])
+    args = parser.parse_args(["report", "a.json", "--gpu", "docs/benchmarks/gpu-h200"])
     assert args.func.__name__ == "_cmd_bench_report"
     root = Path(__file__).parents[2]
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=root, capture_output=True, text=True, check=True)

@@ -52,8 +52,9 @@ def test_the_gpu_section_shows_the_triton_benchmarks_run_there(tmp_path):
     committed = json.loads(COMMITTED.read_text())
     gpu = tmp_path / "gpu"
     gpu.mkdir()
-    for source in (COMMITTED.parents[1] / "gpu-h100").glob("*.json"):
-        (gpu / source.name).write_text(source.read_text())
+    for source in (COMMITTED.parents[1] / "gpu-h200").glob("*.json"):
+        if source.name != "suite-triton-results.json":
+            (gpu / source.name).write_text(source.read_text())
     without = report.gpu_section(gpu)
     suite = _run(committed, ("triton", "annotators"), "GPU host CPU")
     batched, alone = {"encode_batch": 4, "tiles": 8, "per_tile_ms": 12.5}, {"encode_batch": 1, "tiles": 8, "per_tile_ms": 25.0}
@@ -66,12 +67,42 @@ def test_the_gpu_section_shows_the_triton_benchmarks_run_there(tmp_path):
     assert "4 to a request, encoded together by the session model, 12.5 ms a tile" in section and "(0.50x)" in section
 
 
+def test_the_gpu_goals_are_judged_from_the_run_s_own_figures(tmp_path):
+    """The goals table of the GPU section (#38) reads each goal's figure off the results next to it:
+    a faster Triton hover decode or a batching gain turns its verdict, a missing benchmark drops its row."""
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    for source in (COMMITTED.parents[1] / "gpu-h200").glob("*.json"):
+        (gpu / source.name).write_text(source.read_text())
+
+    def goal(name: str) -> str:
+        section = report.gpu_section(gpu)
+        return next((line for line in section.splitlines() if line.startswith(f"| {name}")), "")
+
+    hover = json.loads((gpu / "hover-triton.json").read_text())
+    hover["triton"]["single_decode"]["median_ms"] = 9.0
+    (gpu / "hover-triton.json").write_text(json.dumps(hover))
+    assert goal("hover decode through Triton").endswith("| 9.0 ms | **missed** |")
+    hover["triton"]["single_decode"]["median_ms"] = 7.5
+    (gpu / "hover-triton.json").write_text(json.dumps(hover))
+    assert goal("hover decode through Triton").endswith("| 7.5 ms | met |")
+
+    suite = json.loads((gpu / "suite-triton-results.json").read_text())
+    rows = suite["results"]["annotators"]
+    by = {(mode, r["annotators"]): r for mode in ("dynamic_batching", "no_batching") for r in rows[mode]}
+    by["dynamic_batching", 16]["decodes_per_s"] = 2.5 * by["no_batching", 16]["decodes_per_s"]
+    (gpu / "suite-triton-results.json").write_text(json.dumps(suite))
+    assert goal("16 annotators: dynamic batching").endswith("| 2.50x | met |")
+    (gpu / "suite-triton-results.json").unlink()
+    assert goal("16 annotators") == "" and goal("`predict` <= 0.5x")
+
+
 def test_the_gpu_section_shows_where_predict_s_time_goes_when_probed(tmp_path):
     """`benchmarks/gpu_decoder_probe.py`'s output (a CPU run here as stand-in) gets its own table; a
     variant that could not run says why."""
     gpu = tmp_path / "gpu"
     gpu.mkdir()
-    (gpu / "machine.json").write_text((COMMITTED.parents[1] / "gpu-h100" / "machine.json").read_text())
+    (gpu / "machine.json").write_text((COMMITTED.parents[1] / "gpu-h200" / "machine.json").read_text())
     probe = {
         "model": "sam2.1_hiera_tiny",
         "provider": "CUDAExecutionProvider",
