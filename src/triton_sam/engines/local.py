@@ -8,6 +8,7 @@ prompts in and the low-res masks out. On the CPU the features are plain numpy ar
 from __future__ import annotations
 
 import functools
+import logging
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,8 +20,9 @@ from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
+from .graph_decoder import GraphDecoder
 from .ort_sessions import on_cpu, release_cpu_arena, shared_session
-from .providers import TENSORRT, device_of, usable_providers
+from .providers import CUDA, TENSORRT, device_of, usable_providers
 
 if TYPE_CHECKING:
     from ..features import FeatureCache
@@ -29,6 +31,10 @@ if TYPE_CHECKING:
 # Prompt sets per decoder run on a CPU: larger runs are no faster per prompt set there, and their
 # intermediates grow with the batch (about 45 MB a prompt set for SAM2.1 tiny).
 CPU_DECODE_BATCH = 8
+# How far a replayed decode's mask logits may be from the usual run's before the graphs are turned
+# off (measured: 3e-4 on an H200; fp32 kernels that differ only in launch order stay far below).
+GRAPH_TOLERANCE = 1e-2
+log = logging.getLogger(__name__)
 
 
 class LocalEngine(Engine):
@@ -38,6 +44,8 @@ class LocalEngine(Engine):
     default on the GPU the sessions run on, and as numpy arrays on a CPU. With `detector_maps` the
     features also hold SAM3's concept detector maps (`contract.DETECTOR_MAPS`, 111 MB an image in
     float32, from the same encoder run): only for `concepts.ConceptProcessor`; the decoder ignores them.
+    `graph_decodes` replays one-prompt-set decodes as CUDA graphs (`graph_decoder`; by default on
+    CUDA; True on a CPU runs the same fixed-buffer path without capture, for tests).
     """
 
     def __init__(
@@ -49,6 +57,7 @@ class LocalEngine(Engine):
         trt_cache_dir: str | None = None,
         feature_device: str | None = None,
         detector_maps: bool = False,
+        graph_decodes: bool | None = None,
     ) -> None:
         self.spec = exported.spec
         self.exported = exported
@@ -58,6 +67,13 @@ class LocalEngine(Engine):
         self._intra_op_threads, self._trt_cache_dir = intra_op_threads, trt_cache_dir
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
         self._on_cpu = on_cpu(self.providers)
+        on_cuda = self.providers[0] == CUDA and self._device == "cuda"
+        self.graph_decoder = (
+            GraphDecoder(exported.decoder, self.spec, capture=on_cuda)
+            if (graph_decodes is None and on_cuda) or graph_decodes
+            else None
+        )
+        self._replays_checked: set[int] = set()  # point counts whose first replay matched the usual run
         self.detector_maps = self._detector_maps() if detector_maps else ()
         self._outputs = [*self.spec.feature_shapes, *self.detector_maps]
 
@@ -148,10 +164,11 @@ class LocalEngine(Engine):
         if cancel is not None:
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         try:
-            if features.device and request.batch_size == 1:
-                masks, scores, object_scores = self._decode_on_device(features, request, outputs, run_options)
+            points = request.point_coords.shape[1]
+            if self.graph_decoder is not None and GraphDecoder.handles(request.batch_size, points, outputs):
+                masks, scores, object_scores = self._decode_replayed(features, request, outputs, run_options)
             else:
-                masks, scores, object_scores = self._decode_host(features, request, outputs, run_options)
+                masks, scores, object_scores = self._decode_usual(features, request, outputs, run_options)
         except Exception as error:
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled while running") from error
@@ -160,6 +177,37 @@ class LocalEngine(Engine):
             raise DecodeCancelled("decode cancelled")
         result = DecodeResult(masks, scores, object_scores)
         return best_candidates(result) if best else result
+
+    def _decode_usual(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
+        if features.device and request.batch_size == 1:
+            return self._decode_on_device(features, request, outputs, run_options)
+        return self._decode_host(features, request, outputs, run_options)
+
+    def _decode_replayed(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
+        """Through the graphs (`graph_decoder`). A point count's first replay is checked against the
+        usual run; a mismatch or a failure turns the graphs off for this engine (logged), and the
+        usual run answers."""
+        prompts = prompt_feeds(request, self.spec.low_res_size)
+        points = prompts[contract.POINT_COORDS].shape[1]
+        try:
+            replayed = self.graph_decoder.decode(features, prompts)
+        except Exception as error:  # ONNX Runtime's CUDA graph capture refuses some graphs
+            return self._without_graphs(f"{type(error).__name__}: {error}", features, request, outputs, run_options)
+        if points in self._replays_checked:
+            return replayed
+        usual = self._decode_usual(features, request, outputs, run_options)
+        difference = float(np.max(np.abs(replayed[0] - usual[0])))
+        if difference > GRAPH_TOLERANCE:
+            return self._without_graphs(
+                f"mask logits {difference:.2g} off the usual run", features, request, outputs, run_options
+            )
+        self._replays_checked.add(points)
+        return replayed
+
+    def _without_graphs(self, why: str, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
+        log.warning("Decodes replayed as CUDA graphs are off for %s: %s", self.spec.model_id, why)
+        self.graph_decoder = None
+        return self._decode_usual(features, request, outputs, run_options)
 
     def _decode_host(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
         """The decoder fed numpy arrays, the features repeated for each prompt set of a run. On a CPU

@@ -1,0 +1,85 @@
+"""Decodes replayed as CUDA graphs (`engines/graph_decoder.py`, #38): on a CPU the same fixed
+buffers, per-point-count sessions and feature copies run without capture, against the usual run."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from triton_sam.engines.graph_decoder import MAX_POINTS, GraphDecoder
+from triton_sam.engines.local import LocalEngine
+from triton_sam.prompts import model_request
+from triton_sam.registry import get_model
+from triton_sam.repository import locate
+
+TINY = get_model("sam2.1_hiera_tiny")
+SIZE = (600, 800)
+
+
+def _image(seed: int) -> np.ndarray:
+    image = np.random.default_rng(seed).integers(0, 60, (*SIZE, 3), dtype=np.uint8)
+    image[200:400, 150 + 100 * seed : 450 + 100 * seed] = 230  # a bright object, elsewhere in each image
+    return image
+
+
+def _prompts(points: int, seed: int, mask: np.ndarray | None = None) -> dict:
+    rng = np.random.default_rng(100 + seed)
+    coords = rng.uniform([100, 100], [700, 500], (points, 2))
+    return {"point_coords": coords, "point_labels": rng.integers(0, 2, points), "mask_input": mask}
+
+
+def _engines(repository, feature_device: str | None = None):
+    exported = locate(TINY, repository)
+    replaying = LocalEngine(exported, graph_decodes=True, feature_device=feature_device)
+    return replaying, LocalEngine(exported, graph_decodes=False)
+
+
+@pytest.mark.parametrize(
+    ("model", "feature_device"),
+    [("synthetic", None), ("synthetic", "cpu"), ("exported", "cpu")],
+    ids=["synthetic-numpy-features", "synthetic-buffer-features", "exported-buffer-features"],
+)
+def test_replayed_decodes_match_the_usual_run_as_images_and_point_counts_change(model, feature_device, request):
+    """Features as numpy arrays are copied into the graphs' buffers from the host; as ONNX Runtime
+    buffers (on a GPU: device memory) by the copy graph."""
+    repository = request.getfixturevalue("synthetic_repository" if model == "synthetic" else "sam2_tiny_repository")
+    replaying, usual = _engines(repository, feature_device)
+    features = [replaying.encode(_image(i)) for i in range(2)]  # both engines decode the same features
+    assert bool(features[0].device) == (feature_device is not None)
+    previous, answers, counts = None, {}, set()
+    for step, (image, points) in enumerate([(0, 1), (1, 1), (0, 2), (1, 3), (0, 1), (1, MAX_POINTS)]):
+        request_ = model_request(TINY, SIZE, **_prompts(points, step, previous), best_of_multimask=True)
+        ours = replaying.decode(features[image], request_, multimask_output=True)
+        theirs = usual.decode(features[image], request_, multimask_output=True)
+        np.testing.assert_allclose(ours.low_res_logits, theirs.low_res_logits, atol=1e-4)
+        np.testing.assert_allclose(ours.scores, theirs.scores, atol=1e-5)
+        answers[step] = ours.low_res_logits
+        counts.add(request_.point_coords.shape[1])
+        previous = ours.low_res_logits[:, :1]  # the next step refines with a mask input
+    assert replaying.graph_decoder is not None  # nothing turned it off
+    assert replaying.graph_decoder.point_counts == {n for n in counts if n <= MAX_POINTS} and len(counts) >= 3
+    assert not np.allclose(answers[0], answers[1])  # same prompt count, other image: a stale copy would show
+
+
+def test_more_points_or_prompt_sets_than_a_graph_takes_run_as_usual(synthetic_repository):
+    replaying, usual = _engines(synthetic_repository)
+    features = replaying.encode(_image(0))
+    many = model_request(TINY, SIZE, **_prompts(MAX_POINTS + 2, 0))
+    np.testing.assert_allclose(
+        replaying.decode(features, many).low_res_logits, usual.decode(usual.encode(_image(0)), many).low_res_logits, atol=1e-5
+    )
+    assert replaying.graph_decoder.point_counts == set()
+    assert not GraphDecoder.handles(2, 1, ["masks"]) and not GraphDecoder.handles(1, MAX_POINTS + 1, [])
+
+
+def test_a_replay_off_the_usual_run_turns_the_graphs_off_and_the_usual_run_answers(synthetic_repository, monkeypatch, caplog):
+    replaying, usual = _engines(synthetic_repository)
+    features = replaying.encode(_image(0))
+    real = GraphDecoder.decode
+    monkeypatch.setattr(GraphDecoder, "decode", lambda self, *a: [o + 1.0 if i == 0 else o for i, o in enumerate(real(self, *a))])
+    request_ = model_request(TINY, SIZE, **_prompts(1, 0))
+    with caplog.at_level(logging.WARNING):
+        answer = replaying.decode(features, request_)
+    np.testing.assert_allclose(answer.low_res_logits, usual.decode(usual.encode(_image(0)), request_).low_res_logits, atol=1e-5)
+    assert replaying.graph_decoder is None
+    assert "replayed as CUDA graphs are off" in caplog.text and "off the usual run" in caplog.text
