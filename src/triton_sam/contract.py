@@ -203,6 +203,13 @@ SESSION_REQUEST_OUTCOMES = (
 # What each device of the session model did ({model, device}): images encoded there, prompt sets decoded there.
 DEVICE_ENCODED_METRIC = "triton_sam_session_device_encoded_images_total"
 DEVICE_DECODED_METRIC = "triton_sam_session_device_decoded_rows_total"
+# ONNX Runtime's CUDA provider options for every session on a GPU (the local engine's and the
+# session model's). With cuDNN 9, ORT's Conv and ConvTranspose keep only their last input shape's
+# cuDNN plan and rebuild it whenever the shape changes; its default search ("EXHAUSTIVE", cuDNN
+# heuristics mode B) makes each rebuild costly, and the decoder's 5 convs see a new batch size on
+# nearly every run of a server batching decodes (3, 1, 3, 1, ...). "HEURISTIC" is mode A, the
+# cheap query (issue #38; unverified on a GPU: `benchmarks.gpu_decoder_probe`'s "session_batch").
+CUDA_PROVIDER_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
 DEVICES_ENV = "TRITON_SAM_DEVICES"  # devices the session model drives: at most this many GPUs, or CPU stand-ins
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

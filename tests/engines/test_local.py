@@ -4,7 +4,7 @@ import pytest
 
 from triton_sam.engines import CancelToken, create_engine
 from triton_sam.engines.local import CPU_DECODE_BATCH, LocalEngine
-from triton_sam.engines.providers import CPU, cuda_device_count, usable_providers
+from triton_sam.engines.providers import CPU, CUDA, TENSORRT, cuda_device_count, provider_options, usable_providers
 from triton_sam.errors import DecodeCancelled, InvalidInputError, ModelFileError
 from triton_sam.prompts import build_request
 from triton_sam.registry import get_model
@@ -28,6 +28,14 @@ def test_only_providers_that_can_start_are_chosen():
     assert set(providers) <= set(ort.get_available_providers())
     if cuda_device_count() == 0:
         assert providers == [CPU]
+
+
+def test_cuda_sessions_ask_for_cudnn_heuristics_so_a_new_batch_size_costs_little():
+    """cuDNN 9 plans are rebuilt on every change of a conv's input shape in ONNX Runtime; its
+    default search makes that ~tens of ms a conv (issue #38). TensorRT keeps its options."""
+    assert provider_options(CUDA, None) == {"cudnn_conv_algo_search": "HEURISTIC"}
+    assert provider_options(CPU, None) == {}
+    assert provider_options(TENSORRT, "/cache")["trt_engine_cache_path"] == "/cache"
 
 
 def test_engine_runs_on_the_chosen_providers(engine):

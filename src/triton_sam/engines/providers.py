@@ -12,6 +12,7 @@ import functools
 
 import onnxruntime as ort
 
+from ..contract import CUDA_PROVIDER_OPTIONS
 from ..gpu import cuda_device_count, load_library
 
 TENSORRT = "TensorrtExecutionProvider"
@@ -45,7 +46,8 @@ def device_of(provider: str) -> str | None:
 
 
 def provider_options(provider: str, cache_dir: str | None) -> dict[str, str]:
-    """Options for `provider`: TensorRT in FP16 with an engine cache so it builds once."""
+    """Options for `provider`: TensorRT in FP16 with an engine cache so it builds once; CUDA with
+    `contract.CUDA_PROVIDER_OPTIONS` (a cheap cuDNN plan on each new batch size)."""
     if provider == TENSORRT and cache_dir:
         return {"trt_fp16_enable": "1", "trt_engine_cache_enable": "1", "trt_engine_cache_path": cache_dir}
-    return {}
+    return dict(CUDA_PROVIDER_OPTIONS) if provider == CUDA else {}

@@ -46,8 +46,9 @@ def cuda_devices() -> int:
 
 def ort_session(path: Path, device_id: int = 0) -> "ort.InferenceSession":
     """An ONNX Runtime session on GPU `device_id` when there is a GPU (asking for CUDA without one
-    only logs errors). ONNX Runtime falls back to the CPU when it cannot load its CUDA libraries
-    (CUDA and cuDNN of its build: pip's nvidia-* packages, or the system's): said in Triton's log.
+    only logs errors), with `contract.CUDA_PROVIDER_OPTIONS`. ONNX Runtime falls back to the CPU
+    when it cannot load its CUDA libraries (CUDA and cuDNN of its build: pip's nvidia-* packages, or
+    the system's): said in Triton's log.
 
     On the CPU, without ONNX Runtime's arena and memory patterns: an arena keeps its largest run's
     intermediates for good (ViT-B's global attention, gigabytes per encoded image, in the encoder
@@ -56,7 +57,7 @@ def ort_session(path: Path, device_id: int = 0) -> "ort.InferenceSession":
     if cuda_devices() > 0:
         if hasattr(ort, "preload_dlls"):
             ort.preload_dlls()  # from pip's nvidia-* packages, where installed
-        providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id}))
+        providers.insert(0, ("CUDAExecutionProvider", {"device_id": device_id, **contract.CUDA_PROVIDER_OPTIONS}))
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if providers == ["CPUExecutionProvider"]:
