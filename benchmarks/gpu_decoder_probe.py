@@ -9,7 +9,8 @@ was 0.95x (4.4 ms against 4.7). This times, alternating, on this machine's first
             arithmetic: about half the nodes), same IO binding
   graph     static, replayed as a CUDA graph (ONNX Runtime `enable_cuda_graph`; inputs and outputs
             in fixed device buffers, prompts copied in): CUDA only
-and how far each variant's low-res logits are from the engine's decode.
+and how far each variant's low-res logits are from the engine's decode. Its "session_batch" part
+(`session_batch_probe`): the session model's batched decodes, stage by stage (issue #38).
 
 Usage: python -m benchmarks.gpu_decoder_probe [MODEL] [RUNS]   (exports random weights into .bench/
 if needed, as the other benchmarks do; runs on the CPU too, without `graph`)
@@ -32,6 +33,7 @@ from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.repository import locate
 
+from . import session_batch_probe
 from .fixtures import BENCH_SHAPE, bench_image, exported_repository
 
 OUTPUTS = contract.decoder_output_names(True)  # masks, scores, object scores
@@ -114,6 +116,7 @@ def main(model_id: str = "sam2.1_hiera_tiny", runs: int = 50) -> dict:
         "p95_ms": {name: round(float(np.percentile(t, 95)), 3) for name, t in times.items()},
         "max_abs_logit_diff_vs_decode": agreement,
         "not_run": notes,
+        "session_batch": session_batch_probe.main(model_id, repository, provider, max(3, runs // 5)),
     }
 
 

@@ -159,10 +159,41 @@ def _decoder_probe(probe: dict) -> str:
     ]
     rows += [[PROBED.get(name, name), "could not run", why, ""] for name, why in probe["not_run"].items()]
     header = ["one point, multimask", "median ms", "p95 ms", "max logit diff vs the decoder"]
-    return (
+    text = (
         f"### Where `predict`'s time goes ({probe['model']}, {probe['provider']}; `python -m benchmarks.gpu_decoder_probe`)\n\n"
         + markdown_table(header, rows)
     )
+    return text + _session_batch(probe["session_batch"]) if "session_batch" in probe else text
+
+
+SESSIONS = {
+    "default": "ONNX Runtime's CUDA options",
+    "product": "`contract.CUDA_PROVIDER_OPTIONS`",
+    "per_size": "a session per batch size",
+}
+
+
+def _session_batch(probe: dict) -> str:
+    """The probe's "session_batch" part: the session model's batched decodes, stage by stage, in
+    each order and with each kind of decoder session."""
+    rows = []
+    for variant, orders in probe["variants"].items():
+        for kind, by_size in orders["steady"].items():
+            for batch, stages in by_size.items():
+                rows.append([SESSIONS.get(variant, variant), f"steady, {kind.replace('_', ' ')}", batch, *_stages(stages), ""])
+        for batch, runs in orders["alternating"].items():
+            single = ms(runs["single"]["total"])
+            rows.append([SESSIONS.get(variant, variant), "alternating with 1", batch, *_stages(runs["batch"]), single])
+    header = ["decoder sessions", "order, rows", "batch", "bind", "run", "copy", "answer", "total", "the run of 1 between"]
+    encodes = ", ".join(f"{SESSIONS.get(name, name)} {ms(value)} ms" for name, value in probe["encode_ms"].items())
+    return (
+        f"\n\n#### The session model's batched decodes, median ms per stage ({probe['provider']}, features in "
+        f"{probe['buffers']} buffers)\n\n" + markdown_table(header, rows) + f"\nOne image's encode: {encodes}.\n"
+    )
+
+
+def _stages(stages: dict) -> list:
+    return [ms(stages[name]) for name in ("bind", "run", "copy", "answer", "total")]
 
 
 def _diff(value: float | None) -> str:

@@ -120,6 +120,37 @@ def test_the_gpu_section_shows_where_predict_s_time_goes_when_probed(tmp_path):
     assert "| that, replayed as a CUDA graph | could not run | Fail: not all nodes on CUDA |  |" in section
 
 
+def test_the_gpu_section_shows_the_probed_session_batch_stage_by_stage(tmp_path):
+    """The probe's "session_batch" part (issue #38): a row per decoder session, order and batch size,
+    an alternating batch beside the run of 1 between, and the encoder with each option."""
+    gpu = tmp_path / "gpu"
+    gpu.mkdir()
+    (gpu / "machine.json").write_text((COMMITTED.parents[1] / "gpu-h200" / "machine.json").read_text())
+    stages = {"bind": 0.2, "run": 70.0, "copy": 0.3, "answer": 0.4, "total": 70.9}
+    single = {**stages, "total": 72.5}
+    orders = {"steady": {"one_slot": {"3": stages}}, "alternating": {"15": {"batch": stages, "single": single}}}
+    probe = {
+        "model": "sam2.1_hiera_tiny",
+        "provider": "CUDAExecutionProvider",
+        "median_ms": {},
+        "p95_ms": {},
+        "max_abs_logit_diff_vs_decode": {},
+        "not_run": {},
+        "session_batch": {
+            "provider": "CUDAExecutionProvider",
+            "buffers": "cuda",
+            "encode_ms": {"default": 8.6, "product": 8.4},
+            "variants": {"default": orders, "per_size": orders},
+        },
+    }
+    (gpu / "decoder-probe.json").write_text(json.dumps(probe))
+    section = report.gpu_section(gpu)
+    assert "#### The session model's batched decodes, median ms per stage (CUDAExecutionProvider, features in cuda" in section
+    assert "| ONNX Runtime's CUDA options | steady, one slot | 3 | 0.2 | 70.0 | 0.3 | 0.4 | 70.9 |  |" in section
+    assert "| a session per batch size | alternating with 1 | 15 | 0.2 | 70.0 | 0.3 | 0.4 | 70.9 | 72.5 |" in section
+    assert "One image's encode: ONNX Runtime's CUDA options 8.6 ms, `contract.CUDA_PROVIDER_OPTIONS` 8.4 ms." in section
+
+
 def test_the_micro_sam_section_shows_every_model_and_plane_with_ours_next_to_micro_sams(tmp_path):
     run = json.loads((COMMITTED.parent / "microsam.json").read_text())
     report.write(run, tmp_path / "plots", tmp_path / "BENCHMARKS.md")

@@ -105,6 +105,14 @@ class BufferFeatureStore(FeatureStore):
         return {name: value.numpy() for name, value in zip(self.names, self._gathered([slot]))}
 
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
+        binding = self.decoder_binding(decoder, wanted, rows, prompts)
+        decoder.run_with_iobinding(binding, options)
+        return binding.copy_outputs_to_cpu()
+
+    def decoder_binding(self, decoder, wanted: list, rows: list, prompts: dict):
+        """`decoder`'s IO binding for `rows` (slots) and `prompts`: one row read in its slot, several
+        gathered into new device buffers; `wanted` outputs to host memory. Its own step, so that
+        `benchmarks.session_batch_probe` times it apart from the run."""
         binding = decoder.io_binding()
         if len(rows) == 1:
             for name in self.names:
@@ -116,8 +124,7 @@ class BufferFeatureStore(FeatureStore):
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
         for name in wanted:
             binding.bind_output(name, "cpu")
-        decoder.run_with_iobinding(binding, options)
-        return binding.copy_outputs_to_cpu()
+        return binding
 
     def _gathered(self, slots: list) -> list:
         """The rows of `slots` side by side in new device buffers [len(slots), C, H, W]."""
