@@ -17,6 +17,7 @@ from conftest import PARITY_SEED, require_export_extra, run_reference
 from triton_sam import contract
 from triton_sam.concepts import ConceptProcessor
 from triton_sam.engines.local import LocalEngine
+from triton_sam.features import FeatureCache
 from triton_sam.image import encoder_input
 from triton_sam.predictor import Predictor
 from triton_sam.registry import get_model
@@ -42,7 +43,11 @@ def reference(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 def processor(reference) -> ConceptProcessor:
     directory, _ = reference
     exported = ExportedModel(get_model("sam3_tracker"), directory / "encoder.onnx", directory / "decoder.onnx", {})
-    return ConceptProcessor(LocalEngine(exported, detector_maps=True), directory / contract.CONCEPTS_DIR)
+    engine = LocalEngine(exported, detector_maps=True)
+    shared = FeatureCache(engine)  # as a panel shares one cache (empty yet) between the tracker and concepts
+    processor = ConceptProcessor(engine, directory / contract.CONCEPTS_DIR, cache=shared)
+    assert processor.cache is shared
+    return processor
 
 
 # How far our scores may be from sam3's (measured: 3e-5, float32 through a 32-layer ViT).

@@ -49,7 +49,7 @@ class ConceptProcessor:
         if not engine.detector_maps:
             raise InvalidInputError(f"{engine.describe()} does not keep SAM3's detector maps: create it with detector_maps=True.")
         self.engine = engine
-        self.cache = cache or FeatureCache(engine)
+        self.cache = cache if cache is not None else FeatureCache(engine)  # an empty one given is falsy
         providers = providers or usable_providers()
         self.phrases = PhraseEncoder(Path(concepts_dir), providers)
         self._detector = shared_session(Path(concepts_dir) / contract.DETECTOR_FILE, providers)
