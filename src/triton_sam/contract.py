@@ -198,6 +198,7 @@ SESSION_REQUEST_OUTCOMES = (
     "cancelled_queued",
     "cancelled_running",
     "unknown_handle",
+    "unknown_kept",  # a mask memory or kept mask logits no longer held (the client sends them again)
     "failed",
 )
 # What each device of the session model did ({model, device}): images encoded there, prompt sets decoded there.

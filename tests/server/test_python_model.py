@@ -476,6 +476,7 @@ def test_video_requests_compute_what_the_local_video_graphs_compute(python_model
         ]
     )
     assert lost.error.code == _Error.NOT_FOUND and lost.error.message.startswith(contract.UNKNOWN_MEMORY)
+    assert model.counts.metrics["unknown_kept"].value == 1 and "failed" not in model.counts.metrics
     (bad,) = model.run([_Request(handle=_handles(handle), mask=np.zeros((2, 3), np.uint8))])
     assert bad.error.code == _Error.INVALID_ARG and "mask must be [1, H, W]" in bad.error.message
 
@@ -620,3 +621,5 @@ def test_a_refinement_may_name_kept_logits_instead_of_sending_them(python_model,
     assert _decode(model, [handle], refine, mask_input_key=newest).error is None
     both = _decode(model, [handle], refine, mask_input_key=newest, mask_input=first[:, :1])
     assert both.error.code == _Error.INVALID_ARG
+    outcomes = {outcome: counter.value for outcome, counter in model.counts.metrics.items()}
+    assert outcomes["unknown_kept"] == 2 and outcomes["failed"] == 1  # logits no longer held are no failure

@@ -437,5 +437,8 @@ def _images(request) -> np.ndarray:
 
 def _failure_outcome(error: Exception) -> str:
     """The metric's outcome of a request refused with `error`: features not held here are their own
-    (the client encodes the image again), anything else a failure."""
-    return "unknown_handle" if isinstance(error, UnknownHandle) else "failed"
+    (the client encodes the image again), as are a memory or kept logits no longer held (the client
+    sends them again); anything else a failure."""
+    if isinstance(error, UnknownHandle):
+        return "unknown_handle"
+    return "unknown_kept" if isinstance(error, (UnknownMemory, UnknownMaskInput)) else "failed"
