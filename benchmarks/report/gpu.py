@@ -79,7 +79,7 @@ def gpu_section(directory: Path) -> str:
     if hovers:
         text.append("### Hover on the GPU\n\n" + markdown_table(HOVER_HEADER, hovers))
     suite = load.get("suite-triton-results", {}).get("results", {})  # `bench all` through Triton on the GPU
-    goals = _goals(predictor, parity, load.get("hover-triton", {}).get("triton"), suite.get("annotators"))
+    goals = _goals(predictor, parity, load.get("hover-triton", {}).get("triton"), suite.get("triton"), suite.get("annotators"))
     if goals:
         findings = "".join(f"- {line}\n" for line in about.get("findings", []))
         text.append(
@@ -113,9 +113,10 @@ def _hover(trace: dict, backend: str) -> list[str]:
     ]
 
 
-def _goals(predictor: dict, parity: dict, hover: dict | None, annotators: dict | None) -> list[list[str]]:
+def _goals(predictor: dict, parity: dict, hover: dict | None, triton: dict | None, annotators: dict | None) -> list[list[str]]:
     """Issue #38's goals, each with what this run measured: predict against the official fp32
-    predictor, agreement, the hover decode through Triton, and what dynamic batching gives 16 annotators."""
+    predictor, agreement, the hover decode through Triton, what dynamic batching gives a saturated
+    server (annotators at their own pace ask the same with or without it) and its p95 at 16 annotators."""
     rows = [
         [
             f"`predict` <= 0.5x official fp32 ({r['model']}, {r['encoder_precision']} encoder)",
@@ -134,11 +135,22 @@ def _goals(predictor: dict, parity: dict, hover: dict | None, annotators: dict |
         rows.append(
             ["hover decode through Triton <= 8 ms median (loopback, mask at full size)", f"{single:.1f} ms", verdict(single, 8.0)]
         )
+    if triton:  # back-to-back clients load the server to saturation; annotators (below) do not
+        batched, plain = (
+            max(runs, key=lambda r: r["clients"])
+            for runs in (triton["throughput_dynamic_batching"], triton["throughput_no_batching"])
+        )
+        gain = batched["decodes_per_s"] / plain["decodes_per_s"]
+        rows.append(
+            [
+                f"dynamic batching >= 2x the decodes/s without it ({batched['clients']} back-to-back clients)",
+                f"{gain:.2f}x",
+                verdict(gain, 2.0, True),
+            ]
+        )
     goal = batching_goal(annotators) if annotators else None
     if goal is not None:
-        gain, p95_ratio = goal
-        rows.append(["16 annotators: dynamic batching >= 2x the decodes/s without it", f"{gain:.2f}x", verdict(gain, 2.0, True)])
-        rows.append(["16 annotators with it: p95 <= 2x a single annotator's", f"{p95_ratio:.2f}x", verdict(p95_ratio, 2.0)])
+        rows.append(["with it, p95 at 16 annotators <= 2x a single annotator's", f"{goal[1]:.2f}x", verdict(goal[1], 2.0)])
     return rows
 
 

@@ -211,6 +211,7 @@ DEVICE_DECODED_METRIC = "triton_sam_session_device_decoded_rows_total"
 # nearly every run of a server batching decodes (3, 1, 3, 1, ...). "HEURISTIC" is mode A, the
 # cheap query (issue #38; unverified on a GPU: `benchmarks.gpu_decoder_probe`'s "session_batch").
 CUDA_PROVIDER_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
+CUDA_GRAPHS_ENV = "TRITON_SAM_CUDA_GRAPHS"  # 1: the local engine replays one-prompt-set decodes as CUDA graphs (#38)
 DEVICES_ENV = "TRITON_SAM_DEVICES"  # devices the session model drives: at most this many GPUs, or CPU stand-ins
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

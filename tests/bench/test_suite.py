@@ -94,7 +94,7 @@ def test_the_smoke_profile_s_shared_servers_are_handed_out_only_for_their_settin
     monkeypatch.setenv(*wire.shared_servers("sam2.1_hiera_tiny", running).popitem())
     with wire.loopback_server(tmp_path, "sam2.1_hiera_tiny") as shared:
         assert (shared.grpc_url, shared.pid) == (running.grpc_url, 4321)
-    batching = running.session_batching  # the default's: off without a GPU
+    batching = running.session_batching  # the default's: off
     assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=batching).pid == 4321
     assert wire.loopback_server(tmp_path, "sam2.1_hiera_tiny", session_batching=not batching).pid is None  # its own
     assert wire.loopback_server(tmp_path / "other", "sam2.1_hiera_tiny").pid is None

@@ -40,7 +40,7 @@ TINY = get_model("sam2.1_hiera_tiny")
 
 
 def test_the_view_serves_onnx_models_with_the_python_backend_under_the_same_contract(synthetic_repository, tmp_path):
-    view = serving_repository(synthetic_repository, tmp_path / "view")
+    view = serving_repository(synthetic_repository, tmp_path / "view", session_batching=True)
     original = text_format.Parse(encoder_config(TINY), model_config_pb2.ModelConfig())
     encoder_dir = view / TINY.encoder_name
     served = text_format.Parse((encoder_dir / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())

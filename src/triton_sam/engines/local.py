@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,7 +46,8 @@ class LocalEngine(Engine):
     features also hold SAM3's concept detector maps (`contract.DETECTOR_MAPS`, 111 MB an image in
     float32, from the same encoder run): only for `concepts.ConceptProcessor`; the decoder ignores them.
     `graph_decodes` replays one-prompt-set decodes as CUDA graphs (`graph_decoder`; by default on
-    CUDA; True on a CPU runs the same fixed-buffer path without capture, for tests).
+    CUDA where `$TRITON_SAM_CUDA_GRAPHS` is 1, until measured on a GPU; True on a CPU runs the same
+    fixed-buffer path without capture, for tests).
     """
 
     def __init__(
@@ -68,11 +70,9 @@ class LocalEngine(Engine):
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
         self._on_cpu = on_cpu(self.providers)
         on_cuda = self.providers[0] == CUDA and self._device == "cuda"
-        self.graph_decoder = (
-            GraphDecoder(exported.decoder, self.spec, capture=on_cuda)
-            if (graph_decodes is None and on_cuda) or graph_decodes
-            else None
-        )
+        if graph_decodes is None:
+            graph_decodes = on_cuda and os.environ.get(contract.CUDA_GRAPHS_ENV) == "1"
+        self.graph_decoder = GraphDecoder(exported.decoder, self.spec, capture=on_cuda) if graph_decodes else None
         self._replays_checked: set[int] = set()  # point counts whose first replay matched the usual run
         self.detector_maps = self._detector_maps() if detector_maps else ()
         self._outputs = [*self.spec.feature_shapes, *self.detector_maps]
@@ -196,17 +196,22 @@ class LocalEngine(Engine):
         if points in self._replays_checked:
             return replayed
         usual = self._decode_usual(features, request, outputs, run_options)
-        difference = float(np.max(np.abs(replayed[0] - usual[0])))
-        if difference > GRAPH_TOLERANCE:
-            return self._without_graphs(
-                f"mask logits {difference:.2g} off the usual run", features, request, outputs, run_options
-            )
+        differences = [float(np.max(np.abs(ours - theirs))) for ours, theirs in zip(replayed, usual)]
+        if not all(difference <= GRAPH_TOLERANCE for difference in differences):  # NaN too
+            why = f"outputs off the usual run by {', '.join(f'{d:.2g}' for d in differences)}"
+            return self._without_graphs(why, features, request, outputs, run_options)
         self._replays_checked.add(points)
         return replayed
 
+    def close(self) -> None:
+        if self.graph_decoder is not None:
+            self.graph_decoder.close()
+
     def _without_graphs(self, why: str, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
         log.warning("Decodes replayed as CUDA graphs are off for %s: %s", self.spec.model_id, why)
-        self.graph_decoder = None
+        graphs, self.graph_decoder = self.graph_decoder, None
+        if graphs is not None:
+            graphs.close()
         return self._decode_usual(features, request, outputs, run_options)
 
     def _decode_host(self, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:

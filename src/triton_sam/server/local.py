@@ -127,7 +127,7 @@ def _as_python_model(config: model_config_pb2.ModelConfig) -> None:
 
 
 def serving_repository(
-    model_repository: Path, view: Path, session_batching: bool = True, models: Collection[str] | None = None
+    model_repository: Path, view: Path, session_batching: bool = False, models: Collection[str] | None = None
 ) -> Path:
     """Write into `view` the python-backend view of `model_repository` (of its `models` only, if given).
 
