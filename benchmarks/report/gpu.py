@@ -15,7 +15,8 @@ from .tables import markdown_table, ms, verdict
 def _gpu_predictor(runs: dict[str, dict]) -> str:
     rows = []
     for r in runs.values():
-        model = f"{r['model']} ({r['encoder_precision']} encoder)"
+        graphs = ", CUDA-graph decodes" if "CUDA-graph decodes" in r.get("engine", "") else ""
+        model = f"{r['model']} ({r['encoder_precision']} encoder{graphs})"
         for step, goal, reference in (("encode", "<= bf16", "ref_bf16"), ("decode", "<= 0.5x fp32", "ref")):
             ratio = r[f"ours_{step}"]["median_ms"] / r[f"{reference}_{step}"]["median_ms"]
             outcome = verdict(ratio, 1.0 if step == "encode" else 0.5)

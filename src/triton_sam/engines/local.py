@@ -114,7 +114,8 @@ class LocalEngine(Engine):
     def describe(self) -> str:
         device = self.providers[0].removesuffix("ExecutionProvider")
         random = ", random weights: masks are noise" if self.exported.random_weights else ""
-        return f"local ONNX Runtime ({device}{random})"
+        graphs = ", CUDA-graph decodes" if self.graph_decoder is not None and self.graph_decoder.device == "cuda" else ""
+        return f"local ONNX Runtime ({device}{graphs}{random})"
 
     def video(self, cache: FeatureCache) -> VideoBackend:
         """The video graphs exported with this model, run in this process on the sessions' providers."""
