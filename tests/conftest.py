@@ -113,6 +113,18 @@ def run_reference(script_name: str, *arguments: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def sam3_reference(tmp_path_factory) -> Path:
+    """The folder tests/export/sam3_reference.py fills: sam3's image model built once from the parity
+    seed, our exports of it and what sam3 computes with it (~13 GB, minutes on 2 cores: once for
+    both sam3 parity modules)."""
+    require_export_extra()
+    pytest.importorskip("sam3")
+    directory = tmp_path_factory.mktemp("sam3_reference")
+    print(run_reference("sam3_reference.py", str(directory), str(PARITY_SEED)))
+    return directory
+
+
+@pytest.fixture(scope="session")
 def vit_b_lm_export(tmp_path_factory):
     """(checkpoint, decoder file, repository): random vit_b_lm files as micro-sam publishes them (plain
     weights and a separate `*_decoder.pt`), exported through `triton-sam export` (~35 s: shared)."""

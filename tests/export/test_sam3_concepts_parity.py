@@ -4,33 +4,30 @@ The text encoder: a phrase through our tokenizer and `text_encoder.onnx` (`Phras
 sam3's `VETextEncoder` (tokenizer included), as `Sam3Processor.set_text_prompt` runs it. The
 detector: `detector.onnx` against `Sam3Processor`'s `forward_grounding` on the same detector maps and
 text features, for a phrase, a phrase + a positive box, a phrase + a negative box.
+
+The exports and sam3's results come from the one sam3 image model that sam3_reference.py builds for
+the session (`sam3_reference`, shared with test_sam3_processor_parity).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from sam3_reference import PHRASES
 
-from conftest import PARITY_SEED, require_export_extra, run_reference
+from triton_sam import contract
 from triton_sam.concepts import PhraseEncoder
 
 pytestmark = pytest.mark.parity
 
-PHRASES = ["nucleus", "mitotic cell", "a very long description of dividing nuclei next to debris and dust " * 2]
-
 
 @pytest.fixture(scope="module")
-def text_encoders(tmp_path_factory):
+def text_encoders(sam3_reference):
     """(sam3's features of each of PHRASES as (mask, features), our export of its text encoder as a
-    PhraseEncoder), both with the parity seed's weights: made in a process of its own (~6.7 GB)."""
-    require_export_extra()
-    pytest.importorskip("sam3")
-    directory = tmp_path_factory.mktemp("concepts")
-    reference = tmp_path_factory.mktemp("sam3_text") / "features.npz"
-    print(run_reference("sam3_text_reference.py", str(PARITY_SEED), str(directory), str(reference), *PHRASES).strip())
-    with np.load(reference) as arrays:
+    PhraseEncoder)."""
+    with np.load(sam3_reference / "text.npz") as arrays:
         expected = [(arrays[f"mask{index}"], arrays[f"features{index}"]) for index in range(len(PHRASES))]
-    return expected, PhraseEncoder(directory)
+    return expected, PhraseEncoder(sam3_reference / contract.CONCEPTS_DIR)
 
 
 def test_text_features_match_sam3(text_encoders):
@@ -50,19 +47,13 @@ def test_each_phrase_is_encoded_once(text_encoders):
 
 
 @pytest.fixture(scope="module")
-def detector_reference(tmp_path_factory):
-    """(detector.onnx's session, sam3's inputs and outputs per case) from sam3_detector_reference.py,
-    run in a process of its own (sam3's model and the export take ~2.5 GB)."""
-    require_export_extra()
-    pytest.importorskip("sam3")
+def detector_reference(sam3_reference):
+    """(detector.onnx's session, sam3's inputs and outputs per case)."""
     import onnxruntime
 
-    from triton_sam import contract
-
-    directory = tmp_path_factory.mktemp("detector")
-    print(run_reference("sam3_detector_reference.py", str(directory), str(PARITY_SEED)))
-    session = onnxruntime.InferenceSession(str(directory / contract.DETECTOR_FILE), providers=["CPUExecutionProvider"])
-    with np.load(directory / "reference.npz") as saved:
+    detector = sam3_reference / contract.CONCEPTS_DIR / contract.DETECTOR_FILE
+    session = onnxruntime.InferenceSession(str(detector), providers=["CPUExecutionProvider"])
+    with np.load(sam3_reference / "detector.npz") as saved:
         yield session, dict(saved)
 
 
@@ -81,8 +72,6 @@ def threshold_keeping_several(scores: np.ndarray) -> float:
 
 @pytest.mark.parametrize("case", ["phrase", "positive", "negative"])
 def test_detector_matches_sam3(detector_reference, case):
-    from triton_sam import contract
-
     session, saved = detector_reference
     maps = [saved[f"map{i}"] for i in range(3)]
     feed = dict(zip(contract.DETECTOR_MAPS, maps))

@@ -1,8 +1,8 @@
 """`ConceptProcessor` finds what `sam3`'s `Sam3Processor` finds, end to end (image, phrase, exemplar
 boxes, post-processing), on the same random-init weights; and one encode serves it and the tracker.
 
-sam3's side runs in a process of its own (sam3_processor_reference.py: its image model, the exports
-made from it, two `set_image` runs of ~35 s each on 2 cores), once for the module.
+sam3's side runs in a process of its own (sam3_reference.py: its image model, the exports made from
+it, two `set_image` runs of ~35 s each on 2 cores), once for the session (`sam3_reference`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sam3_processor_reference import CASES, MASKS_SAVED, NEGATIVE, PHRASE, POSITIVE
+from sam3_reference import CASES, MASKS_SAVED, NEGATIVE, PHRASE, POSITIVE
 
-from conftest import PARITY_SEED, require_export_extra, run_reference
 from triton_sam import contract
 from triton_sam.concepts import ConceptProcessor
 from triton_sam.engines.local import LocalEngine
@@ -29,14 +28,10 @@ IMAGES = ("gray", "rgb")  # 300 x 700 grayscale, 517 x 211 RGB
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
-    """(the directory of the exports, sam3's images and results) from sam3_processor_reference.py."""
-    require_export_extra()
-    pytest.importorskip("sam3")
-    directory = tmp_path_factory.mktemp("sam3_processor")
-    print(run_reference("sam3_processor_reference.py", str(directory), str(PARITY_SEED)))
-    with np.load(directory / "reference.npz") as saved:
-        return directory, dict(saved)
+def reference(sam3_reference) -> tuple[Path, dict[str, np.ndarray]]:
+    """(the directory of the exports, sam3's images and `Sam3Processor`'s results)."""
+    with np.load(sam3_reference / "reference.npz") as saved:
+        return sam3_reference, dict(saved)
 
 
 @pytest.fixture(scope="module")

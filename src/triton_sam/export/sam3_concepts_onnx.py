@@ -18,8 +18,6 @@ from torch import nn
 from .. import contract
 from ..concepts.tokenizer import CONTEXT_LENGTH, VOCAB_FILE
 from .onnx_file import export_onnx, external_data_path
-from .quiet import SAM3_BUILD, ignoring
-from .sam3_onnx import cpu_safe_build
 
 
 def vocab_file() -> Path:
@@ -32,19 +30,6 @@ def vocab_file() -> Path:
     import open_clip
 
     return Path(os.path.dirname(open_clip.__file__)) / VOCAB_FILE
-
-
-def build_text_encoder(seed: int) -> nn.Module:
-    """sam3's text encoder alone with random weights drawn from `seed` (for tests: the image model
-    builds it inside `backbone.language_backbone`, after the vision backbone)."""
-    with ignoring(SAM3_BUILD):
-        from sam3.model_builder import _create_text_encoder
-
-        torch.manual_seed(seed)
-        with cpu_safe_build():
-            text_encoder = _create_text_encoder(str(vocab_file())).eval()
-    fill_uninitialised(text_encoder)
-    return text_encoder
 
 
 def fill_uninitialised(text_encoder: nn.Module) -> None:

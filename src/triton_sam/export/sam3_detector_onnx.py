@@ -21,34 +21,11 @@ from torch import nn
 from .. import contract
 from ..concepts.tokenizer import CONTEXT_LENGTH
 from .onnx_file import export_onnx
-from .quiet import SAM3_BUILD, SAM3_DETECTOR_TRACE, TRACE, ignoring
-from .sam3_onnx import cpu_safe_build
+from .quiet import SAM3_DETECTOR_TRACE, TRACE, ignoring
 from .traceable_attention import traceable_attention
 
 DETECTOR_SIZES = (288, 144, 72)  # the detector maps' sides at 1008 px (strides 3.5, 7, 14)
 CHANNELS = 256
-
-
-def build_detector(seed: int) -> nn.Module:
-    """sam3's image model without its backbone (the detector's maps and the text features come as
-    inputs), random weights drawn from `seed`, in eval mode."""
-    with ignoring(SAM3_BUILD):
-        from sam3 import model_builder as build
-
-        torch.manual_seed(seed)
-        with cpu_safe_build():
-            model = build._create_sam3_model(
-                backbone=None,
-                transformer=build._create_sam3_transformer(),
-                input_geometry_encoder=build._create_geometry_encoder(),
-                segmentation_head=build._create_segmentation_head(),
-                dot_prod_scoring=build._create_dot_product_scoring(),
-                inst_interactive_predictor=None,
-                eval_mode=True,
-            )
-            # The maps' fixed sine position encodings, as the vision neck makes them.
-            model.position_encoding = build._create_position_encoding(precompute_resolution=1008)
-    return model.eval()
 
 
 def _encode_boxes(encoder: nn.Module, boxes, boxes_mask, boxes_labels, img_feats):
