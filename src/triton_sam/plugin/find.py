@@ -246,6 +246,7 @@ class ConceptFinder:
         self.layer = None
 
     def end(self) -> None:
-        """The session ends: Find clears and lets go of its processor (and so of the engine)."""
-        self.clear()
-        self._processor = self._state = None  # (a run under way holds its own)
+        """The session ends: Find lets go of its processor (and so of the engine), in Python only
+        (the viewer may be going); a run under way holds its own and is not shown."""
+        self._runs += 1
+        self._processor = self._state = None

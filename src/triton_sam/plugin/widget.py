@@ -425,7 +425,7 @@ class TritonSamWidget(QWidget):
         self.encoding.follow(None)
         self._let_go()
         self.interaction.clear_preview()
-        self.finder.end()
+        self.finder.clear()
         self.form.status.show_engine(None)
 
     def _let_go(self) -> None:
@@ -436,6 +436,7 @@ class TritonSamWidget(QWidget):
             self._starting = None
         self._propagation.close()
         self._automatic.stop()
+        self.finder.end()
         if (session := self.encoding.end()) is not None:
             session.close()
 
