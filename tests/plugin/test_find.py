@@ -3,9 +3,12 @@ mouse, on the synthetic sam3_tracker with synthetic concept graphs (tests/synthe
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
+from synthetic import write_repository
 from synthetic_concepts import BRIGHT, DIM, MEDIUM, blob_image
 
 napari = pytest.importorskip("napari")
@@ -15,6 +18,8 @@ from qtpy.QtTest import QTest  # noqa: E402
 from test_widget import click, drag_box, key, start, world  # noqa: E402
 
 from triton_sam.plugin import find, layers  # noqa: E402
+from triton_sam.registry import get_model  # noqa: E402
+from triton_sam.repository import concepts_path  # noqa: E402
 
 SIZE = 240  # a grid cell is 40 pixels
 BLOBS = {(0, 0): BRIGHT, (0, 2): BRIGHT, (2, 0): BRIGHT, (2, 2): MEDIUM, (4, 0): MEDIUM, (4, 4): DIM, (0, 4): DIM}
@@ -106,3 +111,13 @@ def test_find_says_what_it_needs_on_a_model_without_concepts(qtbot, viewer, synt
     type_phrase(widget, "blob")
     assert widget.form.status.label.text() == find.NEEDS_SAM3
     widget.close_session()
+
+
+def test_start_keeps_the_detector_maps_only_where_the_export_has_concept_graphs(concepts_repository, tmp_path):
+    spec = get_model("sam3_tracker")
+    engine = find.create_engine(spec, "local", concepts_repository, None)
+    assert engine.detector_maps and find.unavailable(SimpleNamespace(engine=engine, spec=spec)) is None
+    bare = write_repository(spec, tmp_path)  # a sam3_tracker export without concept graphs
+    engine = find.create_engine(spec, "local", bare, None)
+    why = find.unavailable(SimpleNamespace(engine=engine, spec=spec))
+    assert not engine.detector_maps and why == find.NO_GRAPHS.format(path=concepts_path(bare, spec))
