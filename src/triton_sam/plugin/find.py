@@ -121,6 +121,7 @@ class ConceptFinder:
 
     @property
     def threshold(self) -> float:
+        """The slider's score threshold (0..1): instances scoring above it are shown."""
         return self.score_slider.value() / 100
 
     @property
@@ -130,6 +131,7 @@ class ConceptFinder:
 
     @property
     def detector_runs(self) -> int:
+        """Detector runs of the session's processor (the slider adds none)."""
         return self._processor.detector_runs if self._processor is not None else 0
 
     def find(self) -> None:
