@@ -69,6 +69,7 @@ def test_find_a_phrase_refilter_add_an_exemplar_commit_all_and_undo(qtbot, viewe
     objects = viewer.layers[layers.objects_name(image)]
     qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
     tracked = objects.data.copy()
+    assert tracked[20, 20] and not tracked[100, 100]
 
     type_phrase(widget, "blob")
     qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=10000)
@@ -88,15 +89,20 @@ def test_find_a_phrase_refilter_add_an_exemplar_commit_all_and_undo(qtbot, viewe
     drag_box(viewer, image, (x - 15, y - 15), (x + 15, y + 15))  # Ctrl-drag on a dim blob: more like this
     qtbot.waitUntil(lambda: instances(found) == 7, timeout=10000)
     assert widget.finder.detector_runs == runs + 1 and widget.session.object.box is None  # an exemplar, no tracker box
+    x, y = cell_centre(2, 2)
+    not_this = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier
+    drag_box(viewer, image, (x - 15, y - 15), (x + 15, y + 15), ctrl=not_this)  # Ctrl-Alt-drag on a medium blob
+    qtbot.waitUntil(lambda: instances(found) == 5, timeout=10000)
     shown = found.data > 0
 
     key(viewer, "commit")  # Shift-C: every instance shown, as new objects
     qtbot.waitUntil(lambda: len(np.unique(objects.data)) > 2, timeout=10000)
     assert np.array_equal(objects.data[tracked > 0], tracked[tracked > 0])  # the tracker's object untouched
     new = (objects.data > 0) & (tracked == 0)
-    assert len(np.unique(objects.data[new])) == 6 and not (new & ~shown).any()  # the 6 instances not labelled yet
+    assert len(np.unique(objects.data[new])) == 4 and not (new & ~shown).any()  # the 4 instances not labelled yet
     made = objects.metadata[layers.PROVENANCE_KEY][int(objects.data[new].max())]
-    assert made["phrase"] == "blob" and made["model_id"] == "sam3_tracker" and made["exemplars"][0][4] is True
+    assert made["phrase"] == "blob" and made["model_id"] == "sam3_tracker"
+    assert [positive for *_, positive in made["exemplars"]] == [True, False]
     assert layers.FOUND_NAME not in viewer.layers and widget.session.next_object_id == int(objects.data.max()) + 1
 
     objects.undo()  # napari's undo (Ctrl+Z on the objects layer): the whole Find commit, one step
