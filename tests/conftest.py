@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from synthetic import write_repository
+from synthetic_concepts import write_concepts
 from triton_sam.registry import get_model
 from triton_sam.server.local import loopback_ports
 
@@ -56,6 +57,16 @@ def _release_memory_after_each_module():
 def synthetic_repository(tmp_path_factory):
     """A model repository holding the synthetic model under the tiny model's names."""
     return write_repository(get_model(SYNTHETIC_MODEL), tmp_path_factory.mktemp("synthetic_repo"))
+
+
+@pytest.fixture(scope="session")
+def concepts_repository(tmp_path_factory):
+    """A model repository holding the synthetic model under sam3_tracker's names, with synthetic
+    concept graphs (`synthetic_concepts`)."""
+    spec = get_model("sam3_tracker")
+    repository = write_repository(spec, tmp_path_factory.mktemp("concepts_repo"))
+    write_concepts(spec, repository)
+    return repository
 
 
 def require_export_extra():

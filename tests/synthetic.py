@@ -1,7 +1,8 @@
 """A tiny ONNX model with the SAM2 tensor contract, for fast tests (never offered to users).
 
 Encoder: image brightness (any size, grey or RGB, resized to the input size as the real encoders
-do), average-pooled to each feature map's size. Decoder: for threshold t in
+do), average-pooled to each feature map's size (SAM3's: also its concept detector maps; concept
+graphs: `synthetic_concepts`). Decoder: for threshold t in
 (0.3, 0.5, 0.7) the mask logits are `20 * (brightness - t)`, lowered by `0.5 * (d - 160)` where d
 (in 1024-pixel model units) is the distance to the nearest positive point beyond 300, plus a
 quarter of `mask_input` when given (a soft prior, as SAM's: a later click can still add a region
@@ -60,16 +61,26 @@ def encoder_model(spec: ModelSpec) -> onnx.ModelProto:
         helper.make_node("Resize", ["gray_any", "", "", "gray_sizes"], ["gray"], mode="linear"),
     ]
     outputs = []
-    for name, (channels, height, _) in spec.feature_shapes.items():
-        stride = size // height
+    maps = contract.DETECTOR_MAP_SHAPES if spec.family == "sam3" else {}  # SAM3's encoder answers them too
+    for name, (channels, height, _) in {**spec.feature_shapes, **maps}.items():
         nodes += [
-            helper.make_node("AveragePool", ["gray"], [f"{name}_p"], kernel_shape=[stride, stride], strides=[stride, stride]),
+            *_pooled(f"{name}_p", size, height),
             _const(f"{name}_shape", np.array([1, channels, 1, 1], np.int64)),
             helper.make_node("Expand", [f"{name}_p", f"{name}_shape"], [name]),
         ]
         outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, ["B", channels, height, height]))
     image = helper.make_tensor_value_info(contract.ENCODER_INPUT, TensorProto.UINT8, ["B", "H", "W", "C"])
     return _model(nodes, [image], outputs)
+
+
+def _pooled(name: str, size: int, side: int) -> list[onnx.NodeProto]:
+    """Nodes averaging "gray" [B, 1, size, size] to `name`, `side` a side; resized where `side` does not
+    divide `size` (SAM3's 288 of 1008)."""
+    if size % side:
+        sizes = _const(f"{name}_sizes", np.array([1, 1, side, side], np.int64))
+        return [sizes, helper.make_node("Resize", ["gray", "", "", f"{name}_sizes"], [name], mode="linear")]
+    stride = size // side
+    return [helper.make_node("AveragePool", ["gray"], [name], kernel_shape=[stride, stride], strides=[stride, stride])]
 
 
 def _brightness(spec: ModelSpec) -> list:

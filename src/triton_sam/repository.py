@@ -74,6 +74,12 @@ def instance_decoder_path(repository: Path, spec: ModelSpec) -> Path:
     return Path(repository) / spec.session_name / "1" / contract.INSTANCE_DECODER_DIR / "model.onnx"
 
 
+def concepts_path(repository: Path, spec: ModelSpec) -> Path:
+    """Where SAM3's concept graphs of `spec` are (text encoder, detector: `contract.CONCEPTS_DIR`,
+    next to the session model)."""
+    return Path(repository) / spec.session_name / "1" / contract.CONCEPTS_DIR
+
+
 def write_metadata(model_dir: Path, metadata: dict) -> None:
     (Path(model_dir) / contract.METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
 
@@ -105,6 +111,13 @@ class ExportedModel:
         """The exported instance-segmentation decoder (micro-sam models), or None if there is none."""
         path = instance_decoder_path(self.encoder.parents[2], self.spec)
         return path if path.is_file() else None
+
+    @property
+    def concepts_dir(self) -> Path | None:
+        """The folder of SAM3's concept graphs (text encoder and detector), or None where this export has none."""
+        path = concepts_path(self.encoder.parents[2], self.spec)
+        files = (contract.TEXT_ENCODER_FILE, contract.DETECTOR_FILE)
+        return path if all((path / name).is_file() for name in files) else None
 
     @property
     def random_weights(self) -> bool:

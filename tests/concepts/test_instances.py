@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from triton_sam.concepts.instances import Detections, instances, resize_bilinear
+from triton_sam.concepts.instances import Detections, instances, label_image, resize_bilinear
 
 
 @pytest.mark.parametrize("size_hw", [(300, 700), (517, 211), (288, 288), (40, 1000)])
@@ -29,3 +29,19 @@ def test_instances_above_the_threshold_with_pixel_boxes_and_masks():
     assert found["masks"].shape == (2, 1, 100, 200) and found["masks"].dtype == bool
     assert found["masks"][0, 0, :50].all() and not found["masks"][0, 0, 50:].any() and not found["masks"][1].any()
     assert len(instances(detections, 0.99, (100, 200))["masks"]) == 0
+
+
+def test_label_image_numbers_by_score_and_never_paints_over_labels():
+    masks = np.zeros((3, 1, 10, 10), bool)
+    masks[0, 0, :4, :4] = True  # overlaps the best one
+    masks[1, 0, 2:6, 2:6] = True  # the best
+    masks[2, 0, 7:, 7:] = True  # labelled already, all but one pixel
+    scores = np.array([0.6, 0.9, 0.7])
+    labels = label_image(masks, scores)
+    assert labels.dtype == np.uint16 and labels[3, 3] == 1 and labels[0, 0] == 3 and labels[9, 9] == 2
+    labelled = np.zeros((10, 10), bool)
+    labelled[7:, 7:] = True
+    labelled[7, 7] = False
+    labelled[0, 0] = True
+    kept = label_image(masks, scores, labelled)
+    assert not kept[7:, 7:].any() and kept[0, 0] == 0 and kept[0, 1] == 3 and kept[3, 3] == 1

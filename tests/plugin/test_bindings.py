@@ -50,7 +50,7 @@ def test_a_move_previews_in_image_pixels_and_is_remembered_even_when_not_interac
     assert resting.calls == [] and resting.cursor is not None
 
 
-def test_a_click_adds_a_point_and_a_ctrl_drag_sets_a_box():
+def test_a_click_adds_a_point_and_a_ctrl_drag_sets_a_box_negative_with_alt():
     target, viewer = Target(), _viewer()
     event = _event("mouse_press", (20.0, 40.0), [bindings.NEGATIVE_MODIFIER])
     drag = bindings.press(target, viewer, event)
@@ -70,7 +70,17 @@ def test_a_click_adds_a_point_and_a_ctrl_drag_sets_a_box():
     event.type = "mouse_release"
     with pytest.raises(StopIteration):
         next(drag)
-    assert viewer.camera.mouse_pan and target.calls[-1] == ("set_box", (0.0, 0.0, 20.0, 10.0), {})
+    assert viewer.camera.mouse_pan and target.calls[-1] == ("set_box", (0.0, 0.0, 20.0, 10.0), {"positive": True})
+
+    target = Target()  # with the negative modifier too: a negative box (Find's "not this")
+    drag = bindings.press(
+        target, viewer, event := _event("mouse_press", (0.0, 0.0), [bindings.BOX_MODIFIER, bindings.NEGATIVE_MODIFIER])
+    )
+    next(drag)
+    event.type, event.position = "mouse_release", np.asarray([20.0, 40.0])
+    with pytest.raises(StopIteration):
+        next(drag)
+    assert target.calls[-1] == ("set_box", (0.0, 0.0, 20.0, 10.0), {"positive": False})
 
 
 def _click(target, modifiers=()) -> None:

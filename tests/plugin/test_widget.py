@@ -61,9 +61,9 @@ def click(viewer, world_yx, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
     _send(viewer, QEvent.Type.MouseButtonRelease, world_yx, left, Qt.MouseButton.NoButton, modifiers)
 
 
-def drag_box(viewer, image, start_xy, end_xy, before_release=lambda: None) -> None:
-    """Ctrl-drag from image pixel `start_xy` to `end_xy` in five moves."""
-    ctrl, left = Qt.KeyboardModifier.ControlModifier, Qt.MouseButton.LeftButton
+def drag_box(viewer, image, start_xy, end_xy, before_release=lambda: None, ctrl=Qt.KeyboardModifier.ControlModifier) -> None:
+    """Ctrl-drag (or with the modifiers `ctrl`) from image pixel `start_xy` to `end_xy` in five moves."""
+    left = Qt.MouseButton.LeftButton
     start_pos, end_pos = world(image, *start_xy), world(image, *end_xy)
     _send(viewer, QEvent.Type.MouseButtonPress, start_pos, left, left, ctrl)
     for t in np.linspace(0, 1, 6)[1:]:

@@ -39,7 +39,8 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
 Not done yet: exporting the concept graphs with `triton-sam export` (the tests export them from
 sam3's image model); the Triton concept request (the session model keeps only the tracker's
 features and ignores the maps; it should keep them and answer instances with masks cropped to
-their boxes); the napari "Find" field; a benchmark against `Sam3Processor`.
+their boxes); the napari panel's Find (`plugin.find`) on large planes, stacks and Triton (it runs
+locally on planes encoded whole); a benchmark against `Sam3Processor`.
 
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the

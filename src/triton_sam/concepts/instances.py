@@ -55,3 +55,20 @@ def _weights(out_size: int, in_size: int) -> np.ndarray:
     np.add.at(weights, (np.arange(out_size), low), 1 - fraction)
     np.add.at(weights, (np.arange(out_size), high), fraction)
     return weights
+
+
+def label_image(masks: np.ndarray, scores: np.ndarray, labelled: np.ndarray | None = None, covered: float = 0.5) -> np.ndarray:
+    """Instances (`masks` bool [N, 1, H, W] or [N, H, W]) as one uint16 label image, ids 1..N from
+    the best score down, the better on top where they overlap. With `labelled` (bool H x W: pixels
+    that have a label already) an instance of which more than `covered` is labelled is left out
+    (found again, not new) and the others take only unlabelled pixels: labels are never painted over."""
+    masks = masks.reshape(len(masks), *masks.shape[-2:])
+    labels = np.zeros(masks.shape[1:], np.uint16)
+    for rank, instance in reversed(list(enumerate(np.argsort(-scores, kind="stable"), start=1))):
+        mask = masks[instance]
+        if labelled is not None:
+            if (mask & labelled).sum() > covered * max(mask.sum(), 1):
+                continue
+            mask = mask & ~labelled
+        labels[mask] = rank
+    return labels

@@ -41,12 +41,12 @@ def hover(target: Interaction, viewer, event) -> None:
 
 def press(target: Interaction, viewer, event) -> Generator[None, None, None]:
     """Mouse press: a click adds a point (negative with `NEGATIVE_MODIFIER`, or without it while
-    `target.negative_points` is on), a drag with `BOX_MODIFIER` sets a box; any other drag is
-    napari's (pan)."""
+    `target.negative_points` is on), a drag with `BOX_MODIFIER` sets a box (with `NEGATIVE_MODIFIER`
+    too: a negative one, which only Find's exemplars have); any other drag is napari's (pan)."""
     if event.button != 1 or not target.acts():
         return
     start = np.asarray(event.position, float)
-    box = BOX_MODIFIER in event.modifiers
+    box, negative_box = BOX_MODIFIER in event.modifiers, NEGATIVE_MODIFIER in event.modifiers
     if box:
         camera(viewer).mouse_pan = False
     yield
@@ -59,7 +59,7 @@ def press(target: Interaction, viewer, event) -> Generator[None, None, None]:
         yield
     if box:
         camera(viewer).mouse_pan = True
-        target.set_box(x0, y0, *layers.image_xy(target.image, event.position))
+        target.set_box(x0, y0, *layers.image_xy(target.image, event.position), positive=not negative_box)
     elif not moved:
         x, y = layers.image_xy(target.image, event.position)
         target.add_point(x, y, positive=(NEGATIVE_MODIFIER in event.modifiers) == target.negative_points)

@@ -21,6 +21,7 @@ from . import bindings, layers
 from . import preview as previews
 from .bindings import KEYS
 from .encoding import PlaneEncoding
+from .find import ConceptFinder
 from .workers import make_worker
 
 
@@ -70,6 +71,7 @@ class Interaction:
         self.prompts = self.box = None
         self.cursor = None
         self.negative_points = False  # clicks add negative points (micro-sam's T)
+        self.find: ConceptFinder | None = None  # the Find section: its boxes and commits while it shows a result
         self.keys: dict[str, str] = dict(KEYS)
         self._candidate_said: str | None = None  # the status Shift-N last gave, until the object changes
         self._news_over = news_over
@@ -103,7 +105,13 @@ class Interaction:
     def add_point(self, x: float, y: float, positive: bool) -> None:
         self._prompt(self.session.add_point, x, y, positive=positive)
 
-    def set_box(self, x0: float, y0: float, x1: float, y1: float) -> None:
+    def set_box(self, x0: float, y0: float, x1: float, y1: float, positive: bool = True) -> None:
+        """The object's box; while Find shows a phrase's result, an exemplar for it instead ("not this"
+        unless `positive`)."""
+        if self.find is not None and self.find.active:
+            self.find.add_exemplar(x0, y0, x1, y1, positive)
+            self.draw_prompts()  # (the box dragged goes)
+            return
         self._prompt(self.session.set_box, x0, y0, x1, y1)
 
     def _prompt(self, give: Callable, *args, **kwargs) -> None:
@@ -168,8 +176,9 @@ class Interaction:
             self.session.hover(*layers.image_xy(self.image, self.cursor))
 
     def commit(self) -> None:
-        """Write the object to the output layer (undoable), from a worker: it may wait for a decode."""
-        if not self.acts():
+        """Write the object to the output layer (undoable), from a worker: it may wait for a decode;
+        while Find shows instances, those instead."""
+        if not self.acts() or (self.find is not None and self.find.commit()):
             return
         index = self.encoding.index
         objects = layers.existing_objects_layer(self.viewer, self.image)

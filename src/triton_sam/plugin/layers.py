@@ -21,6 +21,8 @@ from . import preview as previews
 PREVIEW_NAME = "triton-sam preview"
 PROMPTS_NAME = "triton-sam prompts"
 BOX_NAME = "triton-sam box"
+FOUND_NAME = "triton-sam found"
+FOUND_OPACITY = 0.6
 POSITIVE_COLOR = "#33e633"
 NEGATIVE_COLOR = "#ff3333"
 OBJECTS_SUFFIX = " [triton-sam objects]"
@@ -151,6 +153,19 @@ def preview_layer(viewer, image: Image, window: bool = False) -> Labels:
     objects = existing_objects_layer(viewer, image)
     place_above(viewer, objects if objects is not None else image, preview)
     return preview
+
+
+def found_layer(viewer, image: Image, shape: tuple[int, int]) -> Labels:
+    """The 2D Labels layer that shows what Find found on the image's plane (`shape`), each instance
+    in its own of napari's label colours, directly above the image and its objects."""
+    found = _reusable(viewer, FOUND_NAME, Labels, lambda layer: layer.data.shape == shape)
+    if found is None:
+        found = viewer.add_labels(np.zeros(shape, np.uint16), name=FOUND_NAME, opacity=FOUND_OPACITY, **_on_plane(image))
+    else:
+        found.scale, found.translate = _on_plane(image).values()
+    objects = existing_objects_layer(viewer, image)
+    place_above(viewer, objects if objects is not None else image, found)
+    return found
 
 
 def prompt_layers(viewer, image: Image, above: Labels) -> tuple[Points, Shapes]:

@@ -21,7 +21,6 @@ from qtpy.QtCore import QEvent, QSignalBlocker, QTimer, Signal
 from qtpy.QtWidgets import QVBoxLayout, QWidget
 from superqt.utils import ensure_main_thread
 
-from ..engines import create_engine
 from ..errors import InvalidInputError, ServerBusyError, ServerUnavailableError
 from ..features import FeatureCache, default_disk_dir
 from ..session import UNDECODED, InteractiveSession
@@ -29,6 +28,7 @@ from . import bindings, layers
 from . import preview as previews
 from .automatic import AutomaticSegmentation
 from .encoding import PlaneEncoding
+from .find import ConceptFinder, create_engine
 from .form import SettingsForm
 from .interaction import Interaction
 from .keys import KeyChoice
@@ -68,7 +68,7 @@ class TritonSamWidget(QWidget):
             set_status=self.form.set_status,
             say_ready=self.say_ready,
             failed=self._failed,
-            on_leaving=lambda: self.interaction.leave_plane(),
+            on_leaving=lambda: (self.interaction.leave_plane(), self.finder.clear()),
             on_shown=lambda: (self.interaction.plane_shown(), self.series.plane_shown()),
             on_all_finished=self._encode_all_finished,
             on_new_pixels=self._on_new_pixels,
@@ -88,6 +88,8 @@ class TritonSamWidget(QWidget):
             news_over=self._news_over,
             on_committed=self.series.committed,
         )
+        self.finder = ConceptFinder(napari_viewer, self.encoding, self.form, self._failed)  # (its own section)
+        self.interaction.find = self.finder
         self._chosen: Image | None = None  # the image layer being started on
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
         self._closed = False
@@ -188,7 +190,7 @@ class TritonSamWidget(QWidget):
         self.form.set_status(f"Connecting ({backend}) ...")
         self.form.start_button.setEnabled(False)
         worker = make_worker(
-            create_engine, self.form.chosen_model(), backend, self.form.chosen_repository(), connection=self.form.connection()
+            create_engine, self.form.chosen_model(), backend, self.form.chosen_repository(), self.form.connection()
         )
         worker.returned.connect(self._engine_ready)
         worker.errored.connect(self._failed)
@@ -423,6 +425,7 @@ class TritonSamWidget(QWidget):
         self.encoding.follow(None)
         self._let_go()
         self.interaction.clear_preview()
+        self.finder.clear()
         self.form.status.show_engine(None)
 
     def _let_go(self) -> None:
@@ -433,6 +436,7 @@ class TritonSamWidget(QWidget):
             self._starting = None
         self._propagation.close()
         self._automatic.stop()
+        self.finder.end()
         if (session := self.encoding.end()) is not None:
             session.close()
 

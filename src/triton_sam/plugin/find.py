@@ -1,0 +1,254 @@
+"""The panel's "Find" section: every instance of a phrase on the plane on screen (SAM3's concepts).
+
+A phrase and Enter run `concepts.ConceptProcessor` on the plane's features, from the session's own
+cache (one encode serves hover, clicks and Find), in a worker; the instances scoring above the
+slider's threshold are shown in the found layer, each in its own colour. The slider re-filters the
+last detection (no detector run); while Find shows a phrase's result, a box dragged with the box
+modifier adds an exemplar (with the negative modifier too: "not this") and finds again; the commit
+key writes every instance shown as a new object (one undo step, never over labels). Runs on the
+local backend, for a sam3_tracker export with its concept graphs; large (tiled) planes and Find on
+every plane of a stack are not done yet.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import NamedTuple
+
+import napari
+import numpy as np
+from qtpy.QtCore import Qt
+from qtpy.QtWidgets import QGridLayout, QLabel, QLineEdit, QSlider, QWidget
+
+from .. import engines
+from ..concepts import ConceptProcessor
+from ..concepts.instances import label_image
+from ..errors import ModelFileError, ModelNotFoundError, TritonSamError
+from ..registry import ModelSpec
+from ..repository import concepts_path, locate
+from . import layers
+from .encoding import NOT_READY, PlaneEncoding
+from .form import SettingsForm
+from .workers import make_worker
+
+DEFAULT_SCORE = 0.5  # sam3's confidence threshold
+NEEDS_SAM3 = "Find needs SAM 3: choose sam3_tracker (exported with its concept graphs) and press Start."
+LOCAL_ONLY = "Find runs on the local backend for now: choose Local and press Start."
+NO_GRAPHS = (
+    "This sam3_tracker export has no concept graphs (text encoder, detector) in {path}: `triton-sam export` does not "
+    "write them yet; export them there with triton_sam.export.sam3_concepts_onnx.export_text_encoder and "
+    "sam3_detector_onnx.export_detector (see docs/python-api.md), then press Start."
+)
+OLD_ENCODER = "This sam3_tracker encoder does not answer SAM 3's detector maps: export sam3_tracker again, then press Start."
+TILED = "Find works on planes encoded whole for now, not on large (tiled) planes."
+
+
+def create_engine(spec: ModelSpec, backend: str, repository, connection) -> engines.Engine:
+    """`engines.create_engine`, keeping SAM3's detector maps where Find can run: the local backend
+    and an export with its concept graphs (an encoder without the maps: Find says so)."""
+    if backend == "local" and spec.family == "sam3":
+        try:
+            if locate(spec, repository).concepts_dir is not None:
+                return engines.create_engine(spec, backend, repository, connection=connection, detector_maps=True)
+        except (ModelNotFoundError, ModelFileError, TritonSamError):
+            pass  # as the engine without the maps says, or Find
+    return engines.create_engine(spec, backend, repository, connection=connection)
+
+
+def unavailable(session) -> str | None:
+    """Why Find cannot run with `session`'s engine (None: it can)."""
+    engine = session.engine
+    if engine.detector_maps:
+        return None
+    if session.spec.family != "sam3":
+        return NEEDS_SAM3
+    exported = getattr(engine, "exported", None)
+    if exported is None:
+        return LOCAL_ONLY
+    if exported.concepts_dir is None:
+        return NO_GRAPHS.format(path=concepts_path(exported.encoder.parents[2], session.spec))
+    return OLD_ENCODER
+
+
+class Found(NamedTuple):
+    """A Find run's answer: the instances above the threshold as a label image (ids by score)."""
+
+    run: int  # which run of the finder (only the last one's is shown)
+    plane: tuple[int, ...]
+    labels: np.ndarray
+    scores: np.ndarray
+    masks: np.ndarray  # bool [N, 1, H, W], for the commit (never over labels)
+
+
+class ConceptFinder:
+    """The Find section's fields (`group`, a section of `form`) and what they, the commit key and a
+    modifier's box do. `encoding` holds the session and the plane on screen; the form's status says
+    what Find does, `failed` an error.
+    """
+
+    def __init__(
+        self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm, failed: Callable[[Exception], None]
+    ) -> None:
+        self.viewer, self.encoding, self.form = viewer, encoding, form
+        self._set_status, self._failed = form.set_status, failed
+        self.phrase_field = QLineEdit(placeholderText="a phrase, e.g. nucleus; Enter finds")
+        self.score_slider = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=100, singleStep=1, pageStep=5)
+        self.score_slider.setValue(round(DEFAULT_SCORE * 100))
+        self.score_slider.setTracking(False)  # a drag re-filters once, where it is let go
+        self.score_label = QLabel(f"{DEFAULT_SCORE:.2f}")
+        self.group = QWidget()
+        grid = QGridLayout(self.group)
+        grid.addWidget(QLabel("Find"), 0, 0)
+        grid.addWidget(self.phrase_field, 0, 1, 1, 2)
+        grid.addWidget(QLabel("Score"), 1, 0)
+        grid.addWidget(self.score_slider, 1, 1)
+        grid.addWidget(self.score_label, 1, 2)
+        self.group.setToolTip(
+            "Every instance of a phrase on the plane (SAM 3). Ctrl-drag a box: more like this; "
+            "Ctrl-Alt-drag: not this. The commit key commits all shown; Enter in an empty field clears."
+        )
+        form.add_section("Find (SAM 3 concepts)", self.group, "find")
+        self.phrase_field.returnPressed.connect(self.find)
+        self.score_slider.valueChanged.connect(self._threshold_moved)
+        self.layer = None
+        self.shown: Found | None = None
+        self._processor: ConceptProcessor | None = None
+        self._state: dict | None = None  # the processor's state of the plane found on (worker threads, under the lock)
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._phrase, self._exemplars, self._plane = "", [], None  # what is shown was found with, where
+
+    @property
+    def threshold(self) -> float:
+        """The slider's score threshold (0..1): instances scoring above it are shown."""
+        return self.score_slider.value() / 100
+
+    @property
+    def active(self) -> bool:
+        """A phrase was found on the plane on screen: boxes are exemplars, the commit key commits its instances."""
+        return self._plane is not None and self._plane == self.encoding.index and self.encoding.ready
+
+    @property
+    def detector_runs(self) -> int:
+        """Detector runs of the session's processor (the slider adds none)."""
+        return self._processor.detector_runs if self._processor is not None else 0
+
+    def find(self) -> None:
+        """Enter: find the phrase's instances on the plane on screen (an empty field clears Find)."""
+        phrase = self.phrase_field.text().strip()
+        if not phrase:
+            self.clear()
+            return
+        session = self.encoding.session
+        why = NOT_READY if not self.encoding.ready else unavailable(session)
+        if why is None and self.encoding.large:
+            why = TILED
+        if why is not None:
+            self._set_status(why)
+            return
+        image, index = self.encoding.image, self.encoding.index
+        data, contrast = layers.plane_data(image, index), layers.encoding_contrast(image)
+        self._phrase, self._exemplars, self._plane = phrase, [], index
+        self._set_status(f"Finding '{phrase}' ...")
+
+        def detect(processor: ConceptProcessor, state: dict) -> None:
+            processor.set_image(np.asarray(data), state, contrast)
+            processor.reset_all_prompts(state)
+            processor.set_text_prompt(phrase, state)
+
+        self._run(session, index, detect, fresh=True)
+
+    def add_exemplar(self, x0: float, y0: float, x1: float, y1: float, positive: bool) -> None:
+        """A box dragged while Find shows a phrase's result: "more like this" (or "not this"), found again."""
+        height, width = layers.plane_shape(self.encoding.image)
+        (x0, x1), (y0, y1) = sorted((x0, x1)), sorted((y0, y1))
+        box = ((x0 + x1) / 2 / width, (y0 + y1) / 2 / height, (x1 - x0) / width, (y1 - y0) / height)
+        self._exemplars.append([x0, y0, x1, y1, positive])
+        self._set_status(f"Finding '{self._phrase}' with {len(self._exemplars)} exemplar boxes ...")
+        self._run(
+            self.encoding.session, self._plane, lambda processor, state: processor.add_geometric_prompt(box, positive, state)
+        )
+
+    def _threshold_moved(self, value: int) -> None:
+        """The slider moved: the last detection re-filtered (no detector run)."""
+        self.score_label.setText(f"{self.threshold:.2f}")
+        if self.active:
+            self._run(self.encoding.session, self._plane, lambda processor, state: None)
+
+    def _run(
+        self, session, plane: tuple[int, ...], change: Callable[[ConceptProcessor, dict], None], fresh: bool = False
+    ) -> None:
+        """`change` the processor's state in a worker (runs one at a time, in order), then show the
+        instances above the slider's threshold if this run is still the last one asked for."""
+        self._runs += 1
+        run, threshold = self._runs, self.threshold
+
+        def work() -> Found:
+            with self._lock:
+                if self._processor is None or self._processor.engine is not session.engine:
+                    concepts_dir = session.engine.exported.concepts_dir
+                    self._processor = ConceptProcessor(session.engine, concepts_dir, cache=session.cache)
+                if fresh or self._state is None:
+                    self._state = {}
+                processor, state = self._processor, self._state
+                processor.confidence_threshold = threshold
+                change(processor, state)
+                processor.set_confidence_threshold(threshold, state)
+                masks, scores = state["masks"], state["scores"]
+            return Found(run, plane, label_image(masks, scores), scores, masks)
+
+        worker = make_worker(work)
+        worker.returned.connect(self._show)
+        worker.errored.connect(self._failed)
+        worker.start()
+
+    def _show(self, found: Found) -> None:
+        """Show `found` in the found layer if it is the last run's and its plane is still on screen."""
+        if found.run != self._runs or not self.active or found.plane != self.encoding.index:
+            return
+        image = self.encoding.image
+        self.layer = layers.found_layer(self.viewer, image, found.labels.shape)
+        self.layer.data = found.labels
+        self.shown = found
+        exemplars = f" and {len(self._exemplars)} exemplar boxes" if self._exemplars else ""
+        self._set_status(
+            f"Found {len(found.scores)} instances of '{self._phrase}'{exemplars} scoring above {self.threshold:.2f}: "
+            f"{self.form.keys['commit']} commits them all; Ctrl-drag a box: more like this, Ctrl-Alt-drag: not this."
+        )
+
+    def commit(self) -> bool:
+        """Write every instance shown as a new object of the objects layer (one undo step, never over
+        labels), with how it was found; False when Find shows nothing to commit (the key's usual commit then)."""
+        found = self.shown
+        if found is None or not self.active or not len(found.scores):
+            return False
+        image, index, session = self.encoding.image, found.plane, self.encoding.session
+        objects = layers.objects_layer(self.viewer, image, np.uint16 if self.encoding.large else np.uint32)
+        labelled = np.asarray(objects.data[index]) != 0
+        record = {
+            "phrase": self._phrase,
+            "exemplars": [list(map(float, box[:4])) + [bool(box[4])] for box in self._exemplars],
+            "score_threshold": self.threshold,
+            "model_id": session.spec.model_id,
+            "weights_id": session.engine.weights_id,
+        }
+        added = layers.write_labels(objects, index, label_image(found.masks, found.scores, labelled), (0, 0), record)
+        session.next_object_id = max(session.next_object_id, int(np.max(objects.data)) + 1)
+        self.clear()
+        self._set_status(f"{added} objects found by '{record['phrase']}' committed (Ctrl+Z on the objects layer undoes them).")
+        return True
+
+    def clear(self) -> None:
+        """Find shows nothing and forgets its phrase and exemplars (runs under way are not shown)."""
+        self._runs += 1
+        self._phrase, self._exemplars, self._plane, self.shown = "", [], None, None
+        if self.layer is not None and self.layer in self.viewer.layers:
+            self.viewer.layers.remove(self.layer)
+        self.layer = None
+
+    def end(self) -> None:
+        """The session ends: Find lets go of its processor (and so of the engine), in Python only
+        (the viewer may be going); a run under way holds its own and is not shown."""
+        self._runs += 1
+        self._processor = self._state = None

@@ -1,0 +1,129 @@
+"""The panel's Find section (SAM 3 concepts) in a real napari viewer, driven by real Qt keys and
+mouse, on the synthetic sam3_tracker with synthetic concept graphs (tests/synthetic_concepts.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from synthetic import write_repository
+from synthetic_concepts import BRIGHT, DIM, MEDIUM, blob_image
+
+napari = pytest.importorskip("napari")
+from process_scenarios import open_section  # noqa: E402
+from qtpy.QtCore import Qt  # noqa: E402
+from qtpy.QtTest import QTest  # noqa: E402
+from test_widget import click, drag_box, key, start, world  # noqa: E402
+
+from triton_sam.plugin import find, layers  # noqa: E402
+from triton_sam.registry import get_model  # noqa: E402
+from triton_sam.repository import concepts_path  # noqa: E402
+
+SIZE = 240  # a grid cell is 40 pixels
+BLOBS = {(0, 0): BRIGHT, (0, 2): BRIGHT, (2, 0): BRIGHT, (2, 2): MEDIUM, (4, 0): MEDIUM, (4, 4): DIM, (0, 4): DIM}
+
+
+def cell_centre(row: int, column: int) -> tuple[float, float]:
+    return (column + 0.5) * SIZE / 6, (row + 0.5) * SIZE / 6
+
+
+def instances(layer) -> int:
+    return len(np.unique(layer.data[layer.data > 0]))
+
+
+def start_sam3(qtbot, viewer, repository):
+    """The panel started with sam3_tracker of `repository` on a blob image; its Find section open."""
+    image = viewer.add_image(blob_image(SIZE, BLOBS))
+    viewer.reset_view()
+    _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
+    widget.form.repository_field.setText(str(repository))
+    widget.form.find_models_button.click()
+    qtbot.waitUntil(lambda: widget.form.model_box.findText("sam3_tracker") >= 0, timeout=10000)
+    widget.form.model_box.setCurrentText("sam3_tracker")
+    widget = start(qtbot, viewer, repository=repository)
+    open_section(widget, "find")
+    return image, widget
+
+
+def type_phrase(widget, phrase: str) -> None:
+    field = widget.finder.phrase_field
+    QTest.mouseClick(field, Qt.MouseButton.LeftButton)
+    field.clear()
+    QTest.keyClicks(field, phrase)
+    QTest.keyClick(field, Qt.Key.Key_Return)
+
+
+def slide(widget, key_name: str, presses: int) -> None:
+    """Move the score slider with the keyboard (PageUp / PageDown: 0.05 a press)."""
+    for _ in range(presses):
+        QTest.keyClick(widget.finder.score_slider, getattr(Qt.Key, f"Key_{key_name}"))
+
+
+def test_find_a_phrase_refilter_add_an_exemplar_commit_all_and_undo(qtbot, viewer, concepts_repository):
+    image, widget = start_sam3(qtbot, viewer, concepts_repository)
+    click(viewer, world(image, *cell_centre(0, 0)))  # an object of the tracker's first: Find never paints over it
+    key(viewer, "commit")
+    qtbot.waitUntil(lambda: layers.objects_name(image) in viewer.layers, timeout=10000)
+    objects = viewer.layers[layers.objects_name(image)]
+    qtbot.waitUntil(lambda: objects.data.any(), timeout=10000)
+    tracked = objects.data.copy()
+    assert tracked[20, 20] and not tracked[100, 100]
+
+    type_phrase(widget, "blob")
+    qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=10000)
+    found = viewer.layers[layers.FOUND_NAME]
+    qtbot.waitUntil(lambda: instances(found) == 5, timeout=10000)
+    assert found.data[tuple(int(v) for v in cell_centre(4, 4)[::-1])] == 0  # dim: below 0.5
+    encodes, runs = widget.session.cache.misses, widget.finder.detector_runs
+    assert runs == 1 and encodes == 1  # one encode served the click and Find
+
+    slide(widget, "PageUp", 9)  # 0.95: the medium blobs go, without a detector run
+    qtbot.waitUntil(lambda: instances(found) == 3, timeout=10000)
+    slide(widget, "PageDown", 9)
+    qtbot.waitUntil(lambda: instances(found) == 5, timeout=10000)
+    assert widget.finder.detector_runs == runs and widget.finder.threshold == 0.5
+
+    x, y = cell_centre(4, 4)
+    drag_box(viewer, image, (x - 15, y - 15), (x + 15, y + 15))  # Ctrl-drag on a dim blob: more like this
+    qtbot.waitUntil(lambda: instances(found) == 7, timeout=10000)
+    assert widget.finder.detector_runs == runs + 1 and widget.session.object.box is None  # an exemplar, no tracker box
+    x, y = cell_centre(2, 2)
+    not_this = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier
+    drag_box(viewer, image, (x - 15, y - 15), (x + 15, y + 15), ctrl=not_this)  # Ctrl-Alt-drag on a medium blob
+    qtbot.waitUntil(lambda: instances(found) == 5, timeout=10000)
+    shown = found.data > 0
+
+    key(viewer, "commit")  # Shift-C: every instance shown, as new objects
+    qtbot.waitUntil(lambda: len(np.unique(objects.data)) > 2, timeout=10000)
+    assert np.array_equal(objects.data[tracked > 0], tracked[tracked > 0])  # the tracker's object untouched
+    new = (objects.data > 0) & (tracked == 0)
+    assert len(np.unique(objects.data[new])) == 4 and not (new & ~shown).any()  # the 4 instances not labelled yet
+    made = objects.metadata[layers.PROVENANCE_KEY][int(objects.data[new].max())]
+    assert made["phrase"] == "blob" and made["model_id"] == "sam3_tracker"
+    assert [positive for *_, positive in made["exemplars"]] == [True, False]
+    assert layers.FOUND_NAME not in viewer.layers and widget.session.next_object_id == int(objects.data.max()) + 1
+
+    objects.undo()  # napari's undo (Ctrl+Z on the objects layer): the whole Find commit, one step
+    assert np.array_equal(objects.data, tracked)
+    widget.close_session()
+
+
+def test_find_says_what_it_needs_on_a_model_without_concepts(qtbot, viewer, synthetic_repository):
+    viewer.add_image(blob_image(SIZE, BLOBS))
+    widget = start(qtbot, viewer, repository=synthetic_repository)
+    open_section(widget, "find")
+    type_phrase(widget, "blob")
+    assert widget.form.status.label.text() == find.NEEDS_SAM3
+    widget.close_session()
+
+
+def test_start_keeps_the_detector_maps_only_where_the_export_has_concept_graphs(concepts_repository, tmp_path):
+    spec = get_model("sam3_tracker")
+    engine = find.create_engine(spec, "local", concepts_repository, None)
+    assert engine.detector_maps and find.unavailable(SimpleNamespace(engine=engine, spec=spec)) is None
+    bare = write_repository(spec, tmp_path)  # a sam3_tracker export without concept graphs
+    engine = find.create_engine(spec, "local", bare, None)
+    why = find.unavailable(SimpleNamespace(engine=engine, spec=spec))
+    assert not engine.detector_maps and why == find.NO_GRAPHS.format(path=concepts_path(bare, spec))
