@@ -71,6 +71,11 @@ def unavailable(session) -> str | None:
     return OLD_ENCODER
 
 
+def _refilter(processor: ConceptProcessor, state: dict) -> None:
+    """The last detection filtered again at the processor's threshold (no detector run)."""
+    processor.set_confidence_threshold(processor.confidence_threshold, state)
+
+
 class Found(NamedTuple):
     """A Find run's answer: the instances above the threshold as a label image (ids by score)."""
 
@@ -174,7 +179,7 @@ class ConceptFinder:
         """The slider moved: the last detection re-filtered (no detector run)."""
         self.score_label.setText(f"{self.threshold:.2f}")
         if self.active:
-            self._run(self.encoding.session, self._plane, lambda processor, state: None)
+            self._run(self.encoding.session, self._plane, _refilter)
 
     def _run(
         self, session, plane: tuple[int, ...], change: Callable[[ConceptProcessor, dict], None], fresh: bool = False
@@ -192,9 +197,8 @@ class ConceptFinder:
                 if fresh or self._state is None:
                     self._state = {}
                 processor, state = self._processor, self._state
-                processor.confidence_threshold = threshold
+                processor.set_confidence_threshold(threshold)  # what `change` keeps (a detection filters once)
                 change(processor, state)
-                processor.set_confidence_threshold(threshold, state)
                 masks, scores = state["masks"], state["scores"]
             return Found(run, plane, label_image(masks, scores), scores, masks)
 
