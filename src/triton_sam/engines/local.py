@@ -165,8 +165,8 @@ class LocalEngine(Engine):
         if cancel is not None:
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         try:
-            points = request.point_coords.shape[1]
-            if self.graph_decoder is not None and GraphDecoder.handles(request.batch_size, points, outputs):
+            graphs = self.graph_decoder is not None
+            if graphs and GraphDecoder.handles(request.batch_size, request.point_coords.shape[1], outputs):
                 masks, scores, object_scores = self._decode_replayed(features, request, outputs, run_options)
             else:
                 masks, scores, object_scores = self._decode_usual(features, request, outputs, run_options)
