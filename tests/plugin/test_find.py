@@ -3,6 +3,7 @@ mouse, on the synthetic sam3_tracker with synthetic concept graphs (tests/synthe
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,7 +18,10 @@ from qtpy.QtCore import Qt  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 from test_widget import click, drag_box, key, start, world  # noqa: E402
 
+from triton_sam.concepts import ConceptProcessor  # noqa: E402
+from triton_sam.concepts.instances import label_image  # noqa: E402
 from triton_sam.plugin import find, layers  # noqa: E402
+from triton_sam.plugin.automatic import AUTOMATIC_KEY  # noqa: E402
 from triton_sam.registry import get_model  # noqa: E402
 from triton_sam.repository import concepts_path  # noqa: E402
 
@@ -33,9 +37,9 @@ def instances(layer) -> int:
     return len(np.unique(layer.data[layer.data > 0]))
 
 
-def start_sam3(qtbot, viewer, repository):
-    """The panel started with sam3_tracker of `repository` on a blob image; its Find section open."""
-    image = viewer.add_image(blob_image(SIZE, BLOBS))
+def start_sam3(qtbot, viewer, repository, data: np.ndarray | None = None):
+    """The panel started with sam3_tracker of `repository` on `data` (a blob image by default); its Find section open."""
+    image = viewer.add_image(blob_image(SIZE, BLOBS) if data is None else data)
     viewer.reset_view()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.repository_field.setText(str(repository))
@@ -107,6 +111,51 @@ def test_find_a_phrase_refilter_add_an_exemplar_commit_all_and_undo(qtbot, viewe
 
     objects.undo()  # napari's undo (Ctrl+Z on the objects layer): the whole Find commit, one step
     assert np.array_equal(objects.data, tracked)
+    widget.close_session()
+
+
+def test_find_on_all_planes_fills_a_stack_layer_with_each_plane_s_instances_and_stops_when_pressed_again(
+    qtbot, viewer, concepts_repository, monkeypatch
+):
+    """Find on all planes runs as Segment all on all planes: each plane's instances (as the processor
+    finds them on that plane alone) in one layer of the stack's shape, ids going on; pressed again
+    while a plane is under way, it stops and keeps the planes done."""
+    planes = [{(0, 0): BRIGHT}, {(0, 0): BRIGHT, (2, 2): MEDIUM, (4, 4): DIM}, {}, {(2, 0): MEDIUM, (0, 4): BRIGHT}]
+    stack = np.stack([blob_image(SIZE, blobs) for blobs in planes])
+    image, widget = start_sam3(qtbot, viewer, concepts_repository, stack)
+    button, form = widget.finder.all_planes_button, widget.form
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert form.status.label.text() == find.NO_PHRASE.format(button=find.ALL_PLANES)
+    widget.finder.phrase_field.setText("blob")
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert button.text() == find.STOP
+    qtbot.waitUntil(lambda: button.text() == find.ALL_PLANES, timeout=20000)
+
+    (found,) = [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata]
+    record = found.metadata[AUTOMATIC_KEY]
+    assert record["method"] == "concepts" and record["parameters"]["phrase"] == "blob"
+    assert record["planes"] == [[0], [1], [2], [3]]
+    processor = ConceptProcessor(widget.session.engine, widget.session.engine.exported.concepts_dir)
+    first = 0
+    for index, blobs in enumerate(planes):
+        state = processor.set_text_prompt("blob", processor.set_image(stack[index]))
+        expected = label_image(state["masks"], state["scores"])
+        assert len(state["scores"]) == sum(value > DIM for value in blobs.values())  # bright and medium: above 0.5
+        assert np.array_equal(found.data[index], np.where(expected > 0, expected.astype(np.uint32) + first, 0))
+        first += int(expected.max())
+    assert widget.session.cache.misses == len(planes)  # each plane encoded once (plane 0 at Start)
+    assert form.status.label.text().startswith(f"Find 'blob': {first} objects on 4 of 4 planes in the new layer")
+
+    slow = ConceptProcessor.set_text_prompt
+    monkeypatch.setattr(ConceptProcessor, "set_text_prompt", lambda *args: (time.sleep(0.5), slow(*args))[1])
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: form.status.label.text().startswith("Find 'blob': plane 3 of 4"), timeout=20000)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)  # while plane 3 is under way
+    qtbot.waitUntil(lambda: button.text() == find.ALL_PLANES, timeout=20000)
+    (stopped,) = [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata and layer is not found]
+    assert stopped.metadata[AUTOMATIC_KEY]["planes"] == [[0], [1]]
+    assert np.array_equal(stopped.data[:2], found.data[:2]) and not stopped.data[2:].any()
+    assert form.status.label.text().startswith("Find 'blob' stopped: ") and "on 2 of 4 planes" in form.status.label.text()
     widget.close_session()
 
 

@@ -25,6 +25,7 @@ import napari
 import numpy as np
 from napari.layers import Image, Labels
 from napari.utils import progress
+from qtpy.QtWidgets import QPushButton
 from superqt.utils import ensure_main_thread
 
 from ..engines import CancelToken, Engine
@@ -136,10 +137,21 @@ class AutomaticSegmentation:
         self._set_status, self._warn = form.set_status, form.status.warn
         self._cancel: CancelToken | None = None
         self._stopped_because: str | None = None
+        self._button = (form.segment_all_button, "Segment all")  # the running run's button, and its text when idle
 
     @property
     def running(self) -> bool:
         return self._cancel is not None
+
+    def shown_on(self, button: QPushButton, busy: str, idle: str) -> None:
+        """The run just started is stopped by `button`, which says `busy` until it ends, then `idle`."""
+        if self.running:
+            button.setText(busy)
+            self._button = (button, idle)
+
+    def started_by(self, button: QPushButton) -> bool:
+        """Whether a run is going that `button` started (and stops)."""
+        return self.running and self._button[0] is button
 
     def toggle(self) -> None:
         """Segment everything on the plane on screen (or in the view), or on every plane of a
@@ -167,8 +179,7 @@ class AutomaticSegmentation:
             self.start_stack(image, where, method, tiles)
         else:
             self.start(image, encoding.index, where, method, tiles)
-        if self.running:
-            form.segment_all_button.setText("Stop segmenting")
+        self.shown_on(form.segment_all_button, "Stop segmenting", "Segment all")
 
     def _method(self, engine: Engine, cache: FeatureCache) -> Method:
         """The method the form chooses, with its parameters."""
@@ -230,26 +241,26 @@ class AutomaticSegmentation:
             into = self._objects_of(image)
             if into is not None:
                 count = self._add(into, index, labels, (y0, x0), record)
-                self._set_status(f"Segment all: {count} objects added to '{into.name}' (Ctrl+Z on it undoes them).")
+                self._set_status(f"{method.title}: {count} objects added to '{into.name}' (Ctrl+Z on it undoes them).")
                 return
             data = labels.reshape((1,) * len(index) + labels.shape)
             layer = add_automatic_layer(self._viewer, image, data, (*index, y0, x0), record)
-            self._set_status(f"Segment all: {count} object{'s' if count > 1 else ''} in the new layer '{layer.name}'.")
+            self._set_status(f"{method.title}: {count} object{'s' if count > 1 else ''} in the new layer '{layer.name}'.")
 
         def failed(error: Exception) -> None:
             over.append(True)
             if isinstance(error, DecodeCancelled):
                 why = f" ({self._stopped_because})" if self._stopped_because else ""
-                self._set_status(f"Segment all stopped{why}: nothing was written.")
+                self._set_status(f"{method.title} stopped{why}: nothing was written.")
             else:
-                self._warn(f"Error in Segment all: {error}{_hint(method, error)}")
+                self._warn(f"Error in {method.title}: {error}{_hint(method, error)}")
 
         worker = make_worker(run)
         worker.returned.connect(returned)
         worker.errored.connect(failed)
         worker.finished.connect(partial(self._finished, over, bar))
         self._cancel = cancel
-        self._set_status(f"Segment all: {where} of {y1 - y0} x {x1 - x0} px ...")
+        self._set_status(f"{method.title}: {where} of {y1 - y0} x {x1 - x0} px ...")
         worker.start()
 
     def start_stack(self, image: Image, where: str, method: Method, tiles: list[Tile] | None = None) -> None:
@@ -264,7 +275,7 @@ class AutomaticSegmentation:
         shape = (*stack_shape(image), y1 - y0, x1 - x0)
         if 4 * int(np.prod(shape)) > MAX_STACK_LAYER_BYTES:
             self._set_status(
-                f"Segment all on every plane would make a labels layer of {4 * np.prod(shape) / 2**30:.1f} GiB "
+                f"{method.title} on every plane would make a labels layer of {4 * np.prod(shape) / 2**30:.1f} GiB "
                 f"(more than {MAX_STACK_LAYER_BYTES / 2**30:g} GiB): choose 'Visible region' and zoom in, or untick "
                 "'All planes' to segment the plane on screen."
             )
@@ -278,7 +289,7 @@ class AutomaticSegmentation:
         written = StackLabels(self._viewer, image, shape, region, record)
 
         def say_progress(number: int) -> None:
-            self._set_status(f"Segment all: plane {number} of {len(planes)}, {written.objects} objects so far.")
+            self._set_status(f"{method.title}: plane {number} of {len(planes)}, {written.objects} objects so far.")
 
         @ensure_main_thread
         def advance(number: int, done: int, total: int) -> None:
@@ -315,7 +326,7 @@ class AutomaticSegmentation:
         def failed(error: Exception) -> None:
             failures.append(error)
             on_plane = f"on plane {len(written.planes_done) + 1} of {len(planes)}"
-            self._warn(f"Error in Segment all {on_plane}: {error}{_hint(method, error)}")
+            self._warn(f"Error in {method.title} {on_plane}: {error}{_hint(method, error)}")
 
         def finished() -> None:
             written.close()
@@ -346,13 +357,14 @@ class AutomaticSegmentation:
         if written.layer is None and not stopped:
             return method.nothing_found()
         if written.layer is None:
-            return f"Segment all stopped{why} after {done} of {planes} planes: no object found in them, so no layer was added."
+            return f"{method.title} stopped{why} after {done} of {planes} planes: no object found in them, so no layer was added."
         if added:
             ended = " stopped" + why if stopped else ""
-            return f"Segment all{ended}: {written.objects} objects on {done} of {planes} planes added to '{written.layer.name}'."
+            into = written.layer.name
+            return f"{method.title}{ended}: {written.objects} objects on {done} of {planes} planes added to '{into}'."
         undo = "Ctrl+Z on it undoes the run" if written.undoable else "too large to undo: delete the layer to undo"
         return (
-            f"Segment all{' stopped' + why if stopped else ''}: {written.objects} objects on {done} of {planes} planes "
+            f"{method.title}{' stopped' + why if stopped else ''}: {written.objects} objects on {done} of {planes} planes "
             f"in the new layer '{written.layer.name}' ({undo})."
         )
 
@@ -360,7 +372,8 @@ class AutomaticSegmentation:
         over.append(True)
         bar.close()
         self._cancel = self._stopped_because = None
-        self._form.segment_all_button.setText("Segment all")
+        button, idle = self._button
+        button.setText(idle)
 
     def stop(self, reason: str | None = None) -> None:
         """Cancel the running Segment all; `reason` goes in its last status."""

@@ -16,20 +16,20 @@ from dataclasses import asdict
 import numpy as np
 
 from ..engines import CancelToken, Engine
-from ..errors import DecodeCancelled
 from ..features import FeatureCache
 from ..instance import InstanceSegmenter, WatershedSettings
 from ..instance.segmenter import MAP_NAMES
 from ..predictor import Predictor
-from .automatic_methods import Advance, Crop, Region
+from .automatic_methods import Advance, Crop, Region, stop_if_cancelled
 
+CANCELLED = "Segment all with the decoder"
 NO_EDGE = np.iinfo(np.int32).max  # the depth of a pixel from a tile's edge on the region's border (no neighbour there)
 
 
 class InstanceDecoder:
     """micro-sam's automatic instance segmentation ("AIS") with the form's watershed `settings`."""
 
-    name = "decoder"
+    title, name = "Segment all", "decoder"
     failure_hint = " Choose 'Point grid' in Segment all to find objects from prompts instead."
 
     def __init__(self, engine: Engine, cache: FeatureCache, settings: WatershedSettings) -> None:
@@ -51,16 +51,16 @@ class InstanceDecoder:
         depth = np.full((y1 - y0, x1 - x0), -1, np.int32)  # of each pixel in the tile its maps come from
         total = self.steps(plane.shape[:2], crops)
         for done, crop in enumerate(crops, 1):
-            _check(cancel)
+            stop_if_cancelled(cancel, CANCELLED)
             cx0, cy0, cx1, cy1 = crop
             self._segmenter.initialize(np.asarray(plane[cy0:cy1, cx0:cx1]), contrast)
             state = self._segmenter.get_state()
             paste(maps, depth, np.stack([state[name] for name in MAP_NAMES]), crop, region)
             advance(done, total)
-        _check(cancel)
+        stop_if_cancelled(cancel, CANCELLED)
         self._segmenter.set_state(dict(zip(MAP_NAMES, maps, strict=True)))
         labels = self._segmenter.generate(**self.parameters).astype(np.uint32)
-        _check(cancel)
+        stop_if_cancelled(cancel, CANCELLED)
         advance(total, total)
         return labels
 
@@ -93,8 +93,3 @@ def _depth(start: int, stop: int, region_start: int, region_stop: int) -> np.nda
     after = positions - start if start > region_start else np.full(positions.size, NO_EDGE)
     before = stop - 1 - positions if stop < region_stop else np.full(positions.size, NO_EDGE)
     return np.minimum(after, before).astype(np.int32)
-
-
-def _check(cancel: CancelToken) -> None:
-    if cancel.cancelled:
-        raise DecodeCancelled("Segment all with the decoder cancelled")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..automatic import AutomaticMaskGenerator, label_image
 from ..engines import CancelToken, Engine
+from ..errors import DecodeCancelled
 from ..features import FeatureCache
 from ..image import ContrastLimits
 
@@ -23,8 +24,10 @@ Advance = Callable[[int, int], None]  # (steps done, steps in all) of one plane
 
 class Method(Protocol):
     """How a run finds the objects of a plane's region: `name`, `model` and `parameters` go in
-    the layer's metadata, `failure_hint` after an InvalidInputError (the way out)."""
+    the layer's metadata, `failure_hint` after an InvalidInputError (the way out), `title` before
+    what the status says of the run ("Segment all")."""
 
+    title: str
     name: str
     model: str
     parameters: dict
@@ -50,7 +53,7 @@ class PointGrid:
     """Prompts on a grid of points (`AutomaticMaskGenerator`, with the form's `options`); each
     crop is prompted on its own, at native resolution."""
 
-    name, failure_hint = "point grid", ""
+    title, name, failure_hint = "Segment all", "point grid", ""
 
     def __init__(self, engine: Engine, cache: FeatureCache, options: dict) -> None:
         self.model, self.parameters = engine.spec.model_id, options
@@ -74,3 +77,9 @@ class PointGrid:
             f"{options['pred_iou_thresh']}) or 'Stability >=' (now {options['stability_score_thresh']}), "
             "or raise 'Points per side' to prompt smaller objects, and run it again."
         )
+
+
+def stop_if_cancelled(cancel: CancelToken, what: str) -> None:
+    """Raise DecodeCancelled (`what` was cancelled) once `cancel` is: a method checks between its steps."""
+    if cancel.cancelled:
+        raise DecodeCancelled(f"{what} cancelled")

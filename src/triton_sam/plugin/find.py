@@ -6,8 +6,9 @@ slider's threshold are shown in the found layer, each in its own colour. The sli
 last detection (no detector run); while Find shows a phrase's result, a box dragged with the box
 modifier adds an exemplar (with the negative modifier too: "not this") and finds again; the commit
 key writes every instance shown as a new object (one undo step, never over labels). Runs on the
-local backend, for a sam3_tracker export with its concept graphs; large (tiled) planes and Find on
-every plane of a stack are not done yet.
+local backend, for a sam3_tracker export with its concept graphs. On a stack, "Find on all planes"
+finds the phrase on every plane into a new labels layer, as Segment all on all planes does (its
+progress bar, stop, one undo step; `automatic_concepts`). Large (tiled) planes are not done yet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import NamedTuple
 import napari
 import numpy as np
 from qtpy.QtCore import Qt
-from qtpy.QtWidgets import QGridLayout, QLabel, QLineEdit, QSlider, QWidget
+from qtpy.QtWidgets import QGridLayout, QLabel, QLineEdit, QPushButton, QSlider, QWidget
 
 from .. import engines
 from ..concepts import ConceptProcessor
@@ -28,6 +29,8 @@ from ..errors import ModelFileError, ModelNotFoundError, TritonSamError
 from ..registry import ModelSpec
 from ..repository import concepts_path, locate
 from . import layers
+from .automatic import PLANE, AutomaticSegmentation
+from .automatic_concepts import ConceptSearch
 from .encoding import NOT_READY, PlaneEncoding
 from .form import SettingsForm
 from .workers import make_worker
@@ -42,6 +45,10 @@ NO_GRAPHS = (
 )
 OLD_ENCODER = "This sam3_tracker encoder does not answer SAM 3's detector maps: export sam3_tracker again, then press Start."
 TILED = "Find works on planes encoded whole for now, not on large (tiled) planes."
+ALL_PLANES, STOP = "Find on all planes", "Stop finding"
+NO_PHRASE = "Type a phrase first (e.g. nucleus): Enter finds it on this plane, '{button}' on every plane."
+NOT_A_STACK = "This image is one plane: Enter in the Find field finds the phrase on it."
+SEGMENTING = "Segment all is running: stop it first."
 
 
 def create_engine(spec: ModelSpec, backend: str, repository, connection) -> engines.Engine:
@@ -71,6 +78,11 @@ def unavailable(session) -> str | None:
     return OLD_ENCODER
 
 
+def _processor(session) -> ConceptProcessor:
+    """A concept processor on `session`'s engine and cache (its planes encoded once for hover and Find)."""
+    return ConceptProcessor(session.engine, session.engine.exported.concepts_dir, cache=session.cache)
+
+
 def _refilter(processor: ConceptProcessor, state: dict) -> None:
     """The last detection filtered again at the processor's threshold (no detector run)."""
     processor.set_confidence_threshold(processor.confidence_threshold, state)
@@ -89,19 +101,29 @@ class Found(NamedTuple):
 class ConceptFinder:
     """The Find section's fields (`group`, a section of `form`) and what they, the commit key and a
     modifier's box do. `encoding` holds the session and the plane on screen; the form's status says
-    what Find does, `failed` an error.
+    what Find does, `failed` an error; `automatic` runs Find on all planes (as Segment all).
     """
 
     def __init__(
-        self, viewer: napari.Viewer, encoding: PlaneEncoding, form: SettingsForm, failed: Callable[[Exception], None]
+        self,
+        viewer: napari.Viewer,
+        encoding: PlaneEncoding,
+        form: SettingsForm,
+        failed: Callable[[Exception], None],
+        automatic: AutomaticSegmentation,
     ) -> None:
-        self.viewer, self.encoding, self.form = viewer, encoding, form
+        self.viewer, self.encoding, self.form, self.automatic = viewer, encoding, form, automatic
         self._set_status, self._failed = form.set_status, failed
         self.phrase_field = QLineEdit(placeholderText="a phrase, e.g. nucleus; Enter finds")
         self.score_slider = QSlider(Qt.Orientation.Horizontal, minimum=0, maximum=100, singleStep=1, pageStep=5)
         self.score_slider.setValue(round(DEFAULT_SCORE * 100))
         self.score_slider.setTracking(False)  # a drag re-filters once, where it is let go
         self.score_label = QLabel(f"{DEFAULT_SCORE:.2f}")
+        self.all_planes_button = QPushButton(ALL_PLANES)
+        self.all_planes_button.setToolTip(
+            "On a stack: find the phrase on every plane (instances above the score) into a new labels layer; "
+            "pressed again, stop (the planes done stay)"
+        )
         self.group = QWidget()
         grid = QGridLayout(self.group)
         grid.addWidget(QLabel("Find"), 0, 0)
@@ -109,6 +131,7 @@ class ConceptFinder:
         grid.addWidget(QLabel("Score"), 1, 0)
         grid.addWidget(self.score_slider, 1, 1)
         grid.addWidget(self.score_label, 1, 2)
+        grid.addWidget(self.all_planes_button, 2, 1, 1, 2)
         self.group.setToolTip(
             "Every instance of a phrase on the plane (SAM 3). Ctrl-drag a box: more like this; "
             "Ctrl-Alt-drag: not this. The commit key commits all shown; Enter in an empty field clears."
@@ -116,6 +139,7 @@ class ConceptFinder:
         form.add_section("Find (SAM 3 concepts)", self.group, "find")
         self.phrase_field.returnPressed.connect(self.find)
         self.score_slider.valueChanged.connect(self._threshold_moved)
+        self.all_planes_button.clicked.connect(self.find_on_all_planes)
         self.layer = None
         self.shown: Found | None = None
         self._processor: ConceptProcessor | None = None
@@ -146,11 +170,7 @@ class ConceptFinder:
             self.clear()
             return
         session = self.encoding.session
-        why = NOT_READY if not self.encoding.ready else unavailable(session)
-        if why is None and self.encoding.large:
-            why = TILED
-        if why is not None:
-            self._set_status(why)
+        if not self._can_run():
             return
         image, index = self.encoding.image, self.encoding.index
         data, contrast = layers.plane_data(image, index), layers.encoding_contrast(image)
@@ -163,6 +183,35 @@ class ConceptFinder:
             processor.set_text_prompt(phrase, state)
 
         self._run(session, index, detect, fresh=True)
+
+    def find_on_all_planes(self) -> None:
+        """The all-planes button: find the phrase on every plane of the stack into a new labels layer
+        (Segment all's run on all planes: progress bar, stop, planes done kept); pressed again, stop."""
+        if self.automatic.running:
+            self.automatic.stop() if self.automatic.started_by(self.all_planes_button) else self._set_status(SEGMENTING)
+            return
+        phrase = self.phrase_field.text().strip()
+        if not phrase:
+            self._set_status(NO_PHRASE.format(button=ALL_PLANES))
+            return
+        if not self._can_run():
+            return
+        image = self.encoding.image
+        if image.ndim <= 2:
+            self._set_status(NOT_A_STACK)
+            return
+        search = ConceptSearch(_processor(self.encoding.session), phrase, self.threshold)
+        self.automatic.start_stack(image, PLANE, search)
+        self.automatic.shown_on(self.all_planes_button, STOP, ALL_PLANES)
+
+    def _can_run(self) -> bool:
+        """Whether Find can run on the plane on screen (else the status says why not)."""
+        why = NOT_READY if not self.encoding.ready else unavailable(self.encoding.session)
+        if why is None and self.encoding.large:
+            why = TILED
+        if why is not None:
+            self._set_status(why)
+        return why is None
 
     def add_exemplar(self, x0: float, y0: float, x1: float, y1: float, positive: bool) -> None:
         """A box dragged while Find shows a phrase's result: "more like this" (or "not this"), found again."""
@@ -192,8 +241,7 @@ class ConceptFinder:
         def work() -> Found:
             with self._lock:
                 if self._processor is None or self._processor.engine is not session.engine:
-                    concepts_dir = session.engine.exported.concepts_dir
-                    self._processor = ConceptProcessor(session.engine, concepts_dir, cache=session.cache)
+                    self._processor = _processor(session)
                 if fresh or self._state is None:
                     self._state = {}
                 processor, state = self._processor, self._state

@@ -88,7 +88,8 @@ class TritonSamWidget(QWidget):
             news_over=self._news_over,
             on_committed=self.series.committed,
         )
-        self.finder = ConceptFinder(napari_viewer, self.encoding, self.form, self._failed)  # (its own section)
+        self._automatic = AutomaticSegmentation(napari_viewer, self.encoding, self.form, self.series.objects_of)
+        self.finder = ConceptFinder(napari_viewer, self.encoding, self.form, self._failed, self._automatic)  # (its own section)
         self.interaction.find = self.finder
         self._chosen: Image | None = None  # the image layer being started on
         self._said_out_of_step: str | None = None  # what the status says of the panel's choice vs the session
@@ -101,7 +102,6 @@ class TritonSamWidget(QWidget):
             self.form,
             on_finished=lambda: self._enable_stack_controls(self.form.image_box.currentText()),
         )
-        self._automatic = AutomaticSegmentation(napari_viewer, self.encoding, self.form, self.series.objects_of)
         self._on_move = partial(bindings.hover, self.interaction)
         self._on_press = partial(bindings.press, self.interaction)
         self.form.start_button.clicked.connect(self.connect_engine)
