@@ -24,6 +24,7 @@ from triton_sam.plugin import find, layers  # noqa: E402
 from triton_sam.plugin.automatic import AUTOMATIC_KEY  # noqa: E402
 from triton_sam.registry import get_model  # noqa: E402
 from triton_sam.repository import concepts_path  # noqa: E402
+from triton_sam.tiles import tile_grid  # noqa: E402
 
 SIZE = 240  # a grid cell is 40 pixels
 BLOBS = {(0, 0): BRIGHT, (0, 2): BRIGHT, (2, 0): BRIGHT, (2, 2): MEDIUM, (4, 0): MEDIUM, (4, 4): DIM, (0, 4): DIM}
@@ -156,6 +157,56 @@ def test_find_on_all_planes_fills_a_stack_layer_with_each_plane_s_instances_and_
     assert stopped.metadata[AUTOMATIC_KEY]["planes"] == [[0], [1]]
     assert np.array_equal(stopped.data[:2], found.data[:2]) and not stopped.data[2:].any()
     assert form.status.label.text().startswith("Find 'blob' stopped: ") and "on 2 of 4 planes" in form.status.label.text()
+    widget.close_session()
+
+
+def held_whole_in_one_cell(centre: int, radius: int, starts: list[int], tile: int, margin: int = 12) -> bool:
+    """Along one axis: whether a disk at `centre` lies inside one grid cell of the synthetic detector
+    (with `margin` for the mask's resize) in every tile (starting at `starts`) that holds it whole,
+    so that the synthetic model finds it as one instance there (it cuts instances at its cells)."""
+    cell = tile / 6
+    for first in starts:
+        low, high = centre - radius - first, centre + radius - first
+        if low >= 0 and high < tile and (low - margin) // cell != (high + margin) // cell:
+            return False
+    return True
+
+
+def test_on_a_large_plane_find_joins_the_tiles_in_view_one_id_an_instance(qtbot, viewer, concepts_repository):
+    """Each tile in view is searched at native resolution; an instance two overlapping tiles both
+    hold whole is one object, one cut by a tile's edge is taken from the tile that holds it whole."""
+    side, radius, tile = 2200, 25, get_model("sam3_tracker").input_size
+    starts = sorted({t.x0 for t in tile_grid((side, side), tile)})
+    places = [c for c in range(60, side - 60, 20) if held_whole_in_one_cell(c, radius, starts, tile)]
+    chosen = [places[0]]
+    for c in places:  # spaced apart, over the whole plane (overlaps included)
+        if c - chosen[-1] >= 220:
+            chosen.append(c)
+    centres = [(x, y) for x in chosen for y in chosen[::2]]
+    yy, xx = np.mgrid[:side, :side]
+    plane = np.full((side, side), 20, np.uint8)
+    for x, y in centres:
+        plane[(xx - x) ** 2 + (yy - y) ** 2 <= radius**2] = BRIGHT
+    whole_in = [sum(s <= x - radius and x + radius < s + tile for s in starts) for x, _ in centres]
+    assert max(whole_in) >= 2 and len(centres) >= 12  # some are held whole by two tiles along x
+
+    image, widget = start_sam3(qtbot, viewer, concepts_repository, plane)
+    assert widget.tiled and len(widget._automatic.view_tiles()) == len(starts) ** 2  # the whole plane in view
+    type_phrase(widget, "blob")
+    qtbot.waitUntil(lambda: any(AUTOMATIC_KEY in layer.metadata for layer in viewer.layers), timeout=60000)
+    qtbot.waitUntil(lambda: widget.finder.all_planes_button.text() == find.ALL_PLANES, timeout=60000)
+    (found,) = [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata]
+    assert found.metadata[AUTOMATIC_KEY]["tiles"] == len(starts) ** 2 and found.data.shape == (side, side)
+    ids = set()
+    for x, y in centres:
+        disk = (xx - x) ** 2 + (yy - y) ** 2 <= radius**2
+        values, counts = np.unique(found.data[disk], return_counts=True)
+        assert values[0] != 0 and len(values) == 1 or counts[values == 0].sum() < 0.1 * disk.sum()
+        (label,) = values[values != 0]  # one object a blob
+        ids.add(int(label))
+        near = (xx - x) ** 2 + (yy - y) ** 2 <= (radius + 6) ** 2  # (the masks come at a quarter of the tile's pixels)
+        assert not ((found.data == label) & ~near).any()  # and nothing of it away from the blob
+    assert len(ids) == len(centres) == len(np.unique(found.data)) - 1
     widget.close_session()
 
 

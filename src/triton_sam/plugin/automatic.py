@@ -165,13 +165,9 @@ class AutomaticSegmentation:
             return
         where, tiles = form.chosen_region(), None
         if encoding.tiled:  # the tiles in view, each at native resolution
-            native = tile_grid(layers.plane_shape(encoding.image), encoding.session.spec.input_size)
-            tiles, _ = view_order(native, Tile(*layers.visible_region(encoding.image)), around=0)
+            tiles = self.view_tiles()
             if where != VIEW or len(tiles) > MAX_VIEW_TILES:
-                self._set_status(
-                    f"This plane is large: choose 'Visible region' and zoom in until at most {MAX_VIEW_TILES} tiles "
-                    f"show (now {len(tiles)}); each is segmented at native resolution."
-                )
+                self._set_status(too_many_tiles(len(tiles), "choose 'Visible region' and "))
                 return
         session, image = encoding.session, encoding.image
         method = self._method(session.engine, session.cache)
@@ -180,6 +176,12 @@ class AutomaticSegmentation:
         else:
             self.start(image, encoding.index, where, method, tiles)
         self.shown_on(form.segment_all_button, "Stop segmenting", "Segment all")
+
+    def view_tiles(self) -> list[Tile]:
+        """The tiles of the large plane on screen that the view shows (segmented each at native resolution)."""
+        image = self._encoding.image
+        native = tile_grid(layers.plane_shape(image), self._encoding.session.spec.input_size)
+        return view_order(native, Tile(*layers.visible_region(image)), around=0)[0]
 
     def _method(self, engine: Engine, cache: FeatureCache) -> Method:
         """The method the form chooses, with its parameters."""
@@ -380,6 +382,15 @@ class AutomaticSegmentation:
         if self._cancel is not None:
             self._stopped_because = reason
             self._cancel.cancel()
+
+
+def too_many_tiles(count: int, choose: str = "") -> str:
+    """What to do when a large plane's run would cover `count` tiles (more than MAX_VIEW_TILES, or
+    the whole plane where `choose` says to choose the visible region)."""
+    return (
+        f"This plane is large: {choose}zoom in until at most {MAX_VIEW_TILES} tiles show (now {count}); "
+        "each is segmented at native resolution."
+    )
 
 
 def _record(image: Image, method: Method, region: Region, crops: list, **where) -> dict:

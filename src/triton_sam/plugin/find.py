@@ -8,7 +8,9 @@ modifier adds an exemplar (with the negative modifier too: "not this") and finds
 key writes every instance shown as a new object (one undo step, never over labels). Runs on the
 local backend, for a sam3_tracker export with its concept graphs. On a stack, "Find on all planes"
 finds the phrase on every plane into a new labels layer, as Segment all on all planes does (its
-progress bar, stop, one undo step; `automatic_concepts`). Large (tiled) planes are not done yet.
+progress bar, stop, one undo step; `automatic_concepts`). On a large (tiled) plane, Enter finds the
+phrase in the tiles in view, each at native resolution, into a new labels layer as Segment all on the
+visible region does (no preview there: the slider and exemplar boxes act on planes encoded whole).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from ..errors import ModelFileError, ModelNotFoundError, TritonSamError
 from ..registry import ModelSpec
 from ..repository import concepts_path, locate
 from . import layers
-from .automatic import PLANE, AutomaticSegmentation
+from .automatic import PLANE, VIEW, AutomaticSegmentation, too_many_tiles
 from .automatic_concepts import ConceptSearch
-from .encoding import NOT_READY, PlaneEncoding
+from .encoding import MAX_VIEW_TILES, NOT_READY, PlaneEncoding
 from .form import SettingsForm
 from .workers import make_worker
 
@@ -44,11 +46,10 @@ NO_GRAPHS = (
     "sam3_detector_onnx.export_detector (see docs/python-api.md), then press Start."
 )
 OLD_ENCODER = "This sam3_tracker encoder does not answer SAM 3's detector maps: export sam3_tracker again, then press Start."
-TILED = "Find works on planes encoded whole for now, not on large (tiled) planes."
 ALL_PLANES, STOP = "Find on all planes", "Stop finding"
 NO_PHRASE = "Type a phrase first (e.g. nucleus): Enter finds it on this plane, '{button}' on every plane."
 NOT_A_STACK = "This image is one plane: Enter in the Find field finds the phrase on it."
-SEGMENTING = "Segment all is running: stop it first."
+SEGMENTING = "Segment all (or Find on a large plane or all planes) is running: stop it first."
 
 
 def create_engine(spec: ModelSpec, backend: str, repository, connection) -> engines.Engine:
@@ -172,6 +173,9 @@ class ConceptFinder:
         session = self.encoding.session
         if not self._can_run():
             return
+        if self.encoding.large:
+            self._find_in_view(phrase)
+            return
         image, index = self.encoding.image, self.encoding.index
         data, contrast = layers.plane_data(image, index), layers.encoding_contrast(image)
         self._phrase, self._exemplars, self._plane = phrase, [], index
@@ -183,6 +187,18 @@ class ConceptFinder:
             processor.set_text_prompt(phrase, state)
 
         self._run(session, index, detect, fresh=True)
+
+    def _find_in_view(self, phrase: str) -> None:
+        """On a large plane: the phrase's instances in the tiles in view, each tile at native
+        resolution, joined into a new labels layer as Segment all on the visible region makes it."""
+        tiles = self.automatic.view_tiles()
+        if self.automatic.running or len(tiles) > MAX_VIEW_TILES:
+            self._set_status(SEGMENTING if self.automatic.running else too_many_tiles(len(tiles)))
+            return
+        self.clear()
+        search = ConceptSearch(_processor(self.encoding.session), phrase, self.threshold)
+        self.automatic.start(self.encoding.image, self.encoding.index, VIEW, search, tiles)
+        self.automatic.shown_on(self.all_planes_button, STOP, ALL_PLANES)
 
     def find_on_all_planes(self) -> None:
         """The all-planes button: find the phrase on every plane of the stack into a new labels layer
@@ -200,15 +216,17 @@ class ConceptFinder:
         if image.ndim <= 2:
             self._set_status(NOT_A_STACK)
             return
+        tiles = self.automatic.view_tiles() if self.encoding.large else None
+        if tiles is not None and len(tiles) > MAX_VIEW_TILES:
+            self._set_status(too_many_tiles(len(tiles)))
+            return
         search = ConceptSearch(_processor(self.encoding.session), phrase, self.threshold)
-        self.automatic.start_stack(image, PLANE, search)
+        self.automatic.start_stack(image, VIEW if tiles else PLANE, search, tiles)
         self.automatic.shown_on(self.all_planes_button, STOP, ALL_PLANES)
 
     def _can_run(self) -> bool:
         """Whether Find can run on the plane on screen (else the status says why not)."""
         why = NOT_READY if not self.encoding.ready else unavailable(self.encoding.session)
-        if why is None and self.encoding.large:
-            why = TILED
         if why is not None:
             self._set_status(why)
         return why is None
