@@ -127,9 +127,10 @@ def test_find_on_all_planes_fills_a_stack_layer_with_each_plane_s_instances_and_
     button, form = widget.finder.all_planes_button, widget.form
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert form.status.label.text() == find.NO_PHRASE.format(button=find.ALL_PLANES)
-    widget.finder.phrase_field.setText("blob")
+    type_phrase(widget, "blob")  # Enter: the plane on screen's preview, which the run then takes away
+    qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=10000)
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-    assert button.text() == find.STOP
+    assert button.text() == find.STOP and layers.FOUND_NAME not in viewer.layers
     qtbot.waitUntil(lambda: button.text() == find.ALL_PLANES, timeout=20000)
 
     (found,) = [layer for layer in viewer.layers if AUTOMATIC_KEY in layer.metadata]

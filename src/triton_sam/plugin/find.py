@@ -220,6 +220,7 @@ class ConceptFinder:
         if tiles is not None and len(tiles) > MAX_VIEW_TILES:
             self._set_status(too_many_tiles(len(tiles)))
             return
+        self.clear()  # the plane's preview goes: the run's layer shows every plane
         search = ConceptSearch(_processor(self.encoding.session), phrase, self.threshold)
         self.automatic.start_stack(image, VIEW if tiles else PLANE, search, tiles)
         self.automatic.shown_on(self.all_planes_button, STOP, ALL_PLANES)
