@@ -47,7 +47,7 @@ def test_masks_from_crops_equal_masks_resized_whole(size_hw):
     ours = instances(found_in(detections, 0.5), 0.5, size_hw)
     whole = 1 / (1 + np.exp(-resized(masks[0], size_hw)))
     assert ours["masks"].shape == (4, 1, *size_hw) and (ours["masks"][:, 0] == (whole > 0.5)).all()
-    assert ours["masks"][:3].any(axis=(1, 2, 3)).all() and not ours["masks"][3].any()
+    assert ours["masks"][[0, 2]].any(axis=(1, 2, 3)).all() and not ours["masks"][3].any()  # (specks may fall between pixels)
     assert (ours["masks_logits"][:, 0][whole > 0.5] == whole[whole > 0.5]).all()
     with pytest.raises(ValueError, match="below the floor"):
         instances(found_in(detections, 0.5), 0.4, size_hw)
