@@ -147,6 +147,20 @@ PRESENCE_LOGIT = "presence_logit"
 DETECTOR_INPUTS = (*DETECTOR_MAPS, TEXT_FEATURES, TEXT_PADDING, EXEMPLAR_BOXES, EXEMPLAR_LABELS)
 DETECTOR_OUTPUTS = (QUERY_BOXES, QUERY_LOGITS, QUERY_MASKS, PRESENCE_LOGIT)
 
+# The session model's concept request (`server/models/triton_sam_concepts.py`): HANDLE, TEXT_TOKENS
+# int64 [1, 32], EXEMPLAR_BOXES [1, N, 4] and EXEMPLAR_LABELS [1, N] (both left out where N = 0) and
+# SCORE_FLOOR float32 [1, 1] -> QUERY_BOXES [1, Q, 4], QUERY_LOGITS [1, Q] and PRESENCE_LOGIT [1, 1]
+# as the detector answers them, and for the K queries scoring above the floor: CROPPED_QUERIES int32
+# [1, K], MASK_CROP_BOXES int32 [1, K, 4] (y0, x0, y1, x1 in the 288 x 288 logits) and MASK_CROPS
+# float32 [1, M] (each query's logits inside its box, row-major, one after the other). A server
+# whose repository has no concept graphs fails with a message starting with NO_CONCEPT_GRAPHS.
+SCORE_FLOOR = "score_floor"
+CROPPED_QUERIES = "cropped_queries"
+MASK_CROP_BOXES = "mask_crop_boxes"
+MASK_CROPS = "mask_crops"
+CONCEPT_OUTPUTS = (QUERY_BOXES, QUERY_LOGITS, PRESENCE_LOGIT, CROPPED_QUERIES, MASK_CROP_BOXES, MASK_CROPS)
+NO_CONCEPT_GRAPHS = "NO_CONCEPT_GRAPHS"
+
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)
 
@@ -195,6 +209,7 @@ SESSION_REQUEST_OUTCOMES = (
     "decoded",
     "video",
     "instance_maps",
+    "concepts",
     "cancelled_queued",
     "cancelled_running",
     "unknown_handle",

@@ -89,7 +89,12 @@ def test_instances_match_sam3_processor(reference, processor, image_name):
     then the instances above a threshold keeping several, re-filtered without a detector run: the
     same but where a reference score lies within the tolerance of the threshold (gaps between
     random weights' scores are ~3e-5 to 1e-4, our scores within 3e-5 of sam3's)."""
-    _, saved = reference
+    assert_finds_what_sam3_finds(processor, reference[1], image_name)
+
+
+def assert_finds_what_sam3_finds(processor: ConceptProcessor, saved: dict[str, np.ndarray], image_name: str) -> None:
+    """The checks of `test_instances_match_sam3_processor` on `processor` (local or through Triton);
+    prints the bytes of the mask crops kept at threshold 0 (what a Triton server sends)."""
     image = saved[image_name]
     state = processor.set_image(image)
     for case in CASES:
@@ -102,6 +107,8 @@ def test_instances_match_sam3_processor(reference, processor, image_name):
         assert ours["masks"].shape == (len(expected_scores), 1, *image.shape[:2])
         for got, want in zip(ours["masks"][best, 0], saved[f"{key}/masks"], strict=True):
             assert (got & want).sum() / max((got | want).sum(), 1) >= 0.99, key
+        crops, full_size = state["detections"].crops, ours["masks_logits"].nbytes
+        print(f"{key}: {sum(c.nbytes for c in crops)} B of mask crops for {len(crops)} queries ({full_size} B full-size)")
 
         every, runs = ours["scores"].copy(), processor.detector_runs
         threshold = threshold_keeping_several(expected_scores)

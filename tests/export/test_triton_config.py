@@ -70,7 +70,10 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     inputs = {i.name: i for i in config.input}
     # A model with micro-sam's instance decoder also takes its maps' requests (answered where exported).
     instance = {contract.MAPS_REGION, contract.IMAGE_HW} if spec.decoder_url else set()
-    assert set(inputs) == instance | {
+    # SAM3 also takes concept requests (answered where its concept graphs are exported).
+    concept = {contract.TEXT_TOKENS, contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.SCORE_FLOOR}
+    concept = concept if spec.family == "sam3" else set()
+    assert set(inputs) == instance | concept | {
         contract.ENCODER_INPUT,
         contract.HANDLE,
         contract.POINT_COORDS,
@@ -88,7 +91,8 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     outputs = {o.name: o for o in config.output}
     crops = {contract.SINGLE_MASK_CROP, contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.KEPT_KEYS}
     maps = {contract.INSTANCE_MAPS} if instance else set()
-    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, *crops} | maps
+    found = set(contract.CONCEPT_OUTPUTS) if concept else set()
+    assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, *crops} | maps | found
     if instance:
         assert inputs[contract.IMAGE_HW].data_type == model_config_pb2.TYPE_INT64 and list(inputs[contract.IMAGE_HW].dims) == [2]
         assert list(outputs[contract.INSTANCE_MAPS].dims) == [3, -1, -1]

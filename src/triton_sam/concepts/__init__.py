@@ -33,14 +33,18 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
 
 `ConceptProcessor` (`concepts.processor`) is `Sam3Processor`'s API on these graphs, run locally
 (ONNX Runtime), the image encoded through a `FeatureCache` that a tracker `Predictor` can share
-(one encode for points and concepts); it matches `Sam3Processor` end to end on random weights
-(tests/export/test_sam3_processor_parity.py).
+(one encode for points and concepts), or on a Triton engine: the session model keeps the image's
+detector maps and answers each query's box and score and only the masks above a floor, cropped to
+their positive logits (`server/models/triton_sam_concepts.py`); the same post-processing
+(`concepts.instances`) makes the instances of both. It matches `Sam3Processor` end to end on random
+weights, locally and through Triton (tests/export/test_sam3_processor_parity.py,
+test_sam3_triton_parity.py).
 
 Not done yet: exporting the concept graphs with `triton-sam export` (the tests export them from
-sam3's image model); the Triton concept request (the session model keeps only the tracker's
-features and ignores the maps; it should keep them and answer instances with masks cropped to
-their boxes); the napari panel's Find (`plugin.find`) on large planes, stacks and Triton (it runs
-locally on planes encoded whole); a benchmark against `Sam3Processor`.
+sam3's image model); the napari panel's Find (`plugin.find`) on large planes, stacks and Triton (it
+runs locally on planes encoded whole); a Triton client needs the tokenizer's merges file locally
+(`concepts_dir`); `FallbackEngine` fallen back to its local engine answers no concept request; a
+benchmark against `Sam3Processor`.
 
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the

@@ -1,10 +1,26 @@
-"""The detector's per-query outputs to instances, as `Sam3Processor._forward_grounding` post-processes them."""
+"""The detector's per-query outputs to instances, as `Sam3Processor._forward_grounding` post-processes them.
+
+Both engines hand the post-processing a `Found`: every query's box and score, and the mask logits
+only of the queries scoring above a floor, each cropped to the box of its positive logits grown by
+one sample (`triton_sam_arrays.cropped_queries`; a Triton server sends no more). Resizing such a
+crop to the image with the samples outside it weighing 0 (`triton_sam_arrays.resized_crop`) gives
+exactly the mask `Sam3Processor` gives: a bilinear output pixel reads 2 x 2 neighbouring samples; if
+one is positive, all are within one sample of it, so in the crop, and the pixel's logit is computed
+as from the whole map; if none is, its logit is <= 0 (off) from the whole map, and from the crop a
+partial sum of those non-positive samples, or nothing (0 probability): off too. So "masks" are
+exact, and "masks_logits" wherever the mask is on.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
+
+from .. import contract
+from ..server.models.triton_sam_arrays import concept_scores, cropped_queries, resized_crop, split_crops
+
+LOGITS_HW = (288, 288)  # the detector's mask logits (contract.QUERY_MASKS)
 
 
 class Detections(NamedTuple):
@@ -16,45 +32,55 @@ class Detections(NamedTuple):
     presence: np.ndarray  # float32 [1, 1]
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
+class Found(NamedTuple):
+    """One detection as the post-processing needs it: valid for thresholds >= `floor`."""
+
+    boxes: np.ndarray  # float32 [Q, 4]: every query's cx, cy, w, h in [0, 1]
+    scores: np.ndarray  # float32 [Q]
+    queries: np.ndarray  # int [K]: the queries scoring above `floor`, ascending
+    crop_boxes: np.ndarray  # int [K, 4]: their crops' y0, x0, y1, x1 in the 288 x 288 logits
+    crops: list  # K float32 arrays: their mask logits in those boxes
+    floor: float
 
 
-def scores(detections: Detections) -> np.ndarray:
-    """Each query's score [Q]: sigmoid(logit) * sigmoid(presence)."""
-    return sigmoid(detections.logits[0]) * sigmoid(detections.presence[0, 0])
+def found_in(detections: Detections, floor: float) -> Found:
+    """A `Found` from the detector's whole outputs (run here), masks kept above `floor`."""
+    scores = concept_scores(detections.logits, detections.presence)
+    queries, boxes, flat = cropped_queries(detections.masks[0], scores > floor)
+    return Found(detections.boxes[0], scores, queries, boxes, split_crops(boxes, flat), floor)
 
 
-def instances(detections: Detections, threshold: float, image_hw: tuple[int, int]) -> dict[str, np.ndarray]:
-    """The queries scoring above `threshold` as `Sam3Processor`'s state keys: "scores" [N], "boxes"
-    [N, 4] (x0, y0, x1, y1 in pixels), "masks_logits" (sigmoid of the mask logits resized bilinearly
-    to the image, [N, 1, H, W]) and "masks" (those above 0.5)."""
-    score = scores(detections)
-    keep = score > threshold
-    cx, cy, w, h = np.moveaxis(detections.boxes[0, keep], -1, 0)
+def found_answered(answer: dict[str, np.ndarray], floor: float) -> Found:
+    """A `Found` from the session model's answer to a concept request (`contract.CONCEPT_OUTPUTS`)."""
+    boxes = answer[contract.MASK_CROP_BOXES].reshape(-1, 4)
+    scores = concept_scores(answer[contract.QUERY_LOGITS], answer[contract.PRESENCE_LOGIT])
+    queries = answer[contract.CROPPED_QUERIES].reshape(-1)
+    crops = split_crops(boxes, answer[contract.MASK_CROPS].reshape(-1))
+    return Found(answer[contract.QUERY_BOXES].reshape(-1, 4), scores, queries, boxes, crops, floor)
+
+
+def instances(found: Found, threshold: float, image_hw: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The queries scoring above `threshold` (>= `found.floor`) as `Sam3Processor`'s state keys:
+    "scores" [N], "boxes" [N, 4] (x0, y0, x1, y1 in pixels), "masks_logits" (sigmoid of the mask
+    logits resized bilinearly to the image, [N, 1, H, W]; 0 where no sample of the crop is read)
+    and "masks" (those above 0.5)."""
+    if threshold < found.floor:
+        raise ValueError(f"threshold {threshold} is below the floor {found.floor} the masks were kept above")
+    kept = [i for i, query in enumerate(found.queries) if found.scores[query] > threshold]
+    queries = found.queries[kept]
+    cx, cy, w, h = np.moveaxis(found.boxes[queries], -1, 0)
     height, width = image_hw
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1) * np.array([width, height, width, height])
-    probabilities = sigmoid(resize_bilinear(detections.masks[0, keep], image_hw))[:, None]
-    return {"scores": score[keep], "boxes": boxes.astype(np.float32), "masks_logits": probabilities, "masks": probabilities > 0.5}
-
-
-def resize_bilinear(maps: np.ndarray, size_hw: tuple[int, int]) -> np.ndarray:
-    """[N, h, w] -> [N, H, W] as torch's `interpolate(mode="bilinear", align_corners=False)` (no antialias)."""
-    rows, columns = (_weights(out, size) for out, size in zip(size_hw, maps.shape[1:], strict=True))
-    return np.einsum("yh,nhw,xw->nyx", rows, maps, columns, optimize=True).astype(np.float32)
-
-
-def _weights(out_size: int, in_size: int) -> np.ndarray:
-    """[out, in] linear interpolation weights with half-pixel centres, sources clamped to the edges."""
-    scale = np.float32(in_size / out_size)  # in float32, as torch computes the sources (else ~1e-4 off)
-    source = np.maximum((np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5), 0)
-    low = np.minimum(np.floor(source).astype(int), in_size - 1)
-    high = np.minimum(low + 1, in_size - 1)
-    fraction = source - low
-    weights = np.zeros((out_size, in_size))
-    np.add.at(weights, (np.arange(out_size), low), 1 - fraction)
-    np.add.at(weights, (np.arange(out_size), high), fraction)
-    return weights
+    probabilities = np.zeros((len(kept), 1, height, width), np.float32)
+    for row, i in enumerate(kept):
+        (r0, c0, r1, c1), logits = resized_crop(found.crops[i], tuple(found.crop_boxes[i]), LOGITS_HW, image_hw)
+        probabilities[row, 0, r0:r1, c0:c1] = 1 / (1 + np.exp(-logits))
+    return {
+        "scores": found.scores[queries],
+        "boxes": boxes.astype(np.float32).reshape(-1, 4),
+        "masks_logits": probabilities,
+        "masks": probabilities > 0.5,
+    }
 
 
 def label_image(masks: np.ndarray, scores: np.ndarray, labelled: np.ndarray | None = None, covered: float = 0.5) -> np.ndarray:

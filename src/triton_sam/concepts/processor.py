@@ -1,9 +1,10 @@
 """`ConceptProcessor`: `sam3`'s `Sam3Processor` API (every instance of a phrase or of exemplar boxes)
-on the exported graphs, run locally with ONNX Runtime.
+on the exported graphs, run locally with ONNX Runtime or by a Triton server's session model
+(`concepts.detectors`).
 
-The image is encoded through a `FeatureCache` of an engine that keeps SAM3's detector maps, so the
-tracker's point and box prompts on the same image (a `Predictor` given that cache's features)
-encode nothing again.
+The image is encoded through a `FeatureCache` of an engine that keeps SAM3's detector maps (or of
+a Triton engine: its server keeps them), so the tracker's point and box prompts on the same image
+(a `Predictor` given that cache's features) encode nothing again.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import contract
 from ..engines import Engine
-from ..engines.ort_sessions import shared_session
 from ..engines.providers import usable_providers
-from ..errors import InvalidInputError
 from ..features import FeatureCache
 from ..image import ContrastLimits, encoder_input
-from .instances import Detections, instances
-from .text import PhraseEncoder
+from .detectors import concept_detector
+from .instances import instances
 
 NO_PHRASE = "visual"  # what sam3 encodes when only boxes are given
+# The lowest threshold a Triton server's answer serves without asking again (its masks are sent for
+# queries scoring above min(threshold, this)): Find's slider rarely goes lower, and a trained SAM3
+# scores most of its 200 queries far below it, so few masks travel.
+MIN_THRESHOLD = 0.1
 
 
 class ConceptProcessor:
@@ -32,9 +34,10 @@ class ConceptProcessor:
     Mirrors `sam3.model.sam3_image_processor.Sam3Processor`: each call takes and returns a `state`
     dict whose "masks" (bool [N, 1, H, W]), "masks_logits" (probabilities, float32 [N, 1, H, W]),
     "boxes" (x0, y0, x1, y1 in image pixels, [N, 4]) and "scores" ([N]) are the instances scoring
-    above `confidence_threshold`; numpy arrays where sam3 gives tensors. `engine` must keep the
-    detector maps (`LocalEngine(exported, detector_maps=True)`); `concepts_dir` holds the text
-    encoder and the detector (`contract.CONCEPTS_DIR`).
+    above `confidence_threshold`; numpy arrays where sam3 gives tensors. `engine` is a Triton
+    engine (its server runs the detector: `concepts_dir` needs only the tokenizer's merges file) or
+    keeps the detector maps (`LocalEngine(exported, detector_maps=True)`: `concepts_dir` holds the
+    text encoder and the detector, `contract.CONCEPTS_DIR`). `min_threshold`: see MIN_THRESHOLD.
     """
 
     def __init__(
@@ -45,14 +48,11 @@ class ConceptProcessor:
         cache: FeatureCache | None = None,
         confidence_threshold: float = 0.5,
         providers: Sequence[str] | None = None,
+        min_threshold: float = MIN_THRESHOLD,
     ) -> None:
-        if not engine.detector_maps:
-            raise InvalidInputError(f"{engine.describe()} does not keep SAM3's detector maps: create it with detector_maps=True.")
+        self.detector = concept_detector(engine, Path(concepts_dir), providers or usable_providers(), min_threshold)
         self.engine = engine
         self.cache = cache if cache is not None else FeatureCache(engine)  # an empty one given is falsy
-        providers = providers or usable_providers()
-        self.phrases = PhraseEncoder(Path(concepts_dir), providers)
-        self._detector = shared_session(Path(concepts_dir) / contract.DETECTOR_FILE, providers)
         self.confidence_threshold = confidence_threshold
         self.detector_runs = 0
 
@@ -78,9 +78,12 @@ class ConceptProcessor:
         return self._detect(state)
 
     def set_confidence_threshold(self, threshold: float, state: dict | None = None) -> dict | None:
-        """Keep instances scoring above `threshold` from now on; re-filters the last detection (no new run)."""
+        """Keep instances scoring above `threshold` from now on; re-filters the last detection (no new
+        run unless `threshold` is below the floor its masks were kept above: a Triton server's)."""
         self.confidence_threshold = threshold
         if state is not None and "detections" in state:
+            if threshold < state["detections"].floor:
+                return self._detect(state)
             state.update(instances(state["detections"], threshold, (state["original_height"], state["original_width"])))
         return state
 
@@ -90,17 +93,13 @@ class ConceptProcessor:
             state.pop(key, None)
 
     def _detect(self, state: dict) -> dict:
-        """Run the detector on the image's maps, the phrase and the exemplars; keep its raw outputs
-        in state["detections"] and the instances above the threshold."""
-        text, padding = self.phrases(state["prompt"])
+        """Run the detector on the image's maps, the phrase and the exemplars; keep its outputs (a
+        `Found`) in state["detections"] and the instances above the threshold."""
         exemplars = state.get("exemplars", [])
         boxes = np.array([box for box, _ in exemplars], np.float32).reshape(1, -1, 4)
         labels = np.array([[int(label) for _, label in exemplars]], np.int64).reshape(1, -1)
-        maps = state["features"].host_arrays()
-        feeds = {name: maps[name] for name in contract.DETECTOR_MAPS}
-        feeds.update({contract.TEXT_FEATURES: text, contract.TEXT_PADDING: padding})
-        feeds.update({contract.EXEMPLAR_BOXES: boxes, contract.EXEMPLAR_LABELS: labels})
-        state["detections"] = Detections(*self._detector.run(list(contract.DETECTOR_OUTPUTS), feeds))
+        floor = self.detector.floor(self.confidence_threshold)
+        state["detections"] = self.detector(state["features"], state["prompt"], boxes, labels, floor)
         self.detector_runs += 1
         return self.set_confidence_threshold(self.confidence_threshold, state)
 

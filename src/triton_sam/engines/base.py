@@ -117,6 +117,7 @@ class Engine(ABC):
     # SAM3's concept detector maps (`contract.DETECTOR_MAPS`) that this engine's features hold besides
     # the decoder's: none unless asked for (`LocalEngine(detector_maps=True)`).
     detector_maps: tuple[str, ...] = ()
+    answers_concepts = False  # runs SAM3's concept request where the features are (`concepts`)
 
     @abstractmethod
     def encode(self, image: np.ndarray) -> ImageFeatures:
@@ -141,6 +142,14 @@ class Engine(ABC):
         center distances and boundary distances, float32 [3, H, W] at `image_hw` (as its
         `InstanceSegmentationWithDecoder.initialize` computes them), run where the features are."""
         raise InvalidInputError(f"{self.describe()} has no instance-segmentation decoder for {self.spec.model_id}.")
+
+    def concepts(
+        self, features: ImageFeatures, tokens: np.ndarray, boxes: np.ndarray, labels: np.ndarray, floor: float
+    ) -> dict[str, np.ndarray]:
+        """SAM3's detector on an image encoded by `encode`, for a phrase's token ids (int64 [1, 32]) and
+        exemplar boxes ([1, N, 4], labels [1, N]), answered compactly (`contract.CONCEPT_OUTPUTS`: the
+        masks only of queries scoring above `floor`, cropped), run where the features are."""
+        raise InvalidInputError(f"{self.describe()} runs no SAM3 concept requests.")
 
     @functools.cached_property
     def resizer(self) -> MaskResizer:

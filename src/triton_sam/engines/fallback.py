@@ -147,6 +147,13 @@ class FallbackEngine(Engine):
     def instance_maps(self, features: ImageFeatures, image_hw: tuple[int, int]) -> np.ndarray:
         return self._where_features_are(features, lambda engine, kept: engine.instance_maps(kept, image_hw))
 
+    @property
+    def answers_concepts(self) -> bool:
+        return self.active.answers_concepts
+
+    def concepts(self, features: ImageFeatures, *request) -> dict[str, np.ndarray]:
+        return self._where_features_are(features, lambda engine, kept: engine.concepts(kept, *request))
+
     def _where_features_are(self, features: ImageFeatures, run: Callable[[Engine, ImageFeatures], T]) -> T:
         """`run(engine, features)` on the server for its features while it answers; else on the local
         engine, server features encoded here first."""

@@ -37,6 +37,7 @@ from .connection import TritonConnection
 from .kept_logits import KeptLogits
 from .server_pool import ServerPool
 from .triton_client import TritonClient, config_parameter, error_message, infer_inputs
+from .triton_concepts import concepts
 from .triton_instance import instance_maps
 from .triton_requests import prompt_arrays, split_request
 
@@ -73,6 +74,7 @@ class TritonEngine(Engine):
     every request about an image carries its signature (`contract.AFFINITY_HEADER`)."""
 
     settle_hovers = True  # decodes started mid-sweep cost the server's other annotators
+    answers_concepts = True  # where its repository has SAM3's concept graphs (`triton_concepts`)
 
     def __init__(
         self,
@@ -178,6 +180,9 @@ class TritonEngine(Engine):
         if self.spec.decoder_url is None:
             return super().instance_maps(features, image_hw)
         return instance_maps(self, features, image_hw)
+
+    def concepts(self, features: ImageFeatures, *request) -> dict[str, np.ndarray]:
+        return concepts(self, features, *request)  # the session model's concept request (`triton_concepts`)
 
     def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
         """Images of one shape go `encode_batch` to a request (the server encodes them together);

@@ -186,6 +186,25 @@ def _session_decode_options() -> list[tuple[str, str, tuple[int, ...]]]:
     ]
 
 
+def _concept_tensors() -> tuple[list[str], list[str]]:
+    """The session model's inputs (optional) and outputs of SAM3's concept request (see `contract`)."""
+    inputs = [
+        (contract.TEXT_TOKENS, "TYPE_INT64", (-1,)),
+        (contract.EXEMPLAR_BOXES, "TYPE_FP32", (-1, 4)),
+        (contract.EXEMPLAR_LABELS, "TYPE_INT64", (-1,)),
+        (contract.SCORE_FLOOR, "TYPE_FP32", (1,)),
+    ]
+    outputs = [
+        (contract.QUERY_BOXES, "TYPE_FP32", (-1, 4)),
+        (contract.QUERY_LOGITS, "TYPE_FP32", (-1,)),
+        (contract.PRESENCE_LOGIT, "TYPE_FP32", (1,)),
+        (contract.CROPPED_QUERIES, "TYPE_INT32", (-1,)),
+        (contract.MASK_CROP_BOXES, "TYPE_INT32", (-1, 4)),
+        (contract.MASK_CROPS, "TYPE_FP32", (-1,)),
+    ]
+    return [_tensor(*i, optional=True) for i in inputs], [_tensor(*o) for o in outputs]
+
+
 def _instance_tensors() -> tuple[list[str], list[str]]:
     """The session model's inputs (optional) and output of micro-sam's instance-segmentation maps (see `contract`)."""
     inputs = [(contract.MAPS_REGION, "TYPE_INT64", (2,)), (contract.IMAGE_HW, "TYPE_INT64", (2,))]
@@ -195,7 +214,8 @@ def _instance_tensors() -> tuple[list[str], list[str]]:
 def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_settings: dict | None = None) -> str:
     """config.pbtxt of the session model: encode (image -> handle) or decode (handle + prompts);
     with `video_settings` (the model has video graphs) also the requests of volumes; for a model
-    with micro-sam's instance-segmentation decoder also its maps (answered only where exported).
+    with micro-sam's instance-segmentation decoder also its maps, for SAM3 its concept requests
+    (each answered only where its graphs are exported).
 
     One instance, so every request sees the same feature cache; the model chooses its own ONNX
     Runtime device. gRPC cancellation removes queued requests before they run (Triton >= 2.57),
@@ -216,6 +236,9 @@ def session_config(spec: ModelSpec, cache_size: int = SESSION_CACHE_SIZE, video_
     if spec.decoder_url is not None:
         instance_inputs, instance_outputs = _instance_tensors()
         inputs, outputs = inputs + instance_inputs, outputs + instance_outputs
+    if spec.family == "sam3":
+        concept_inputs, concept_outputs = _concept_tensors()
+        inputs, outputs = inputs + concept_inputs, outputs + concept_outputs
     video = {}
     if video_settings is not None:
         video_inputs, video_outputs = _video_tensors(spec)

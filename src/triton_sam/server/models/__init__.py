@@ -14,6 +14,7 @@ REQUESTS_FILE = "triton_sam_requests.py"  # inputs, responses, errors and sessio
 VOLUMES_FILE = "triton_sam_volumes.py"  # the session model's volume requests
 VIDEO_GRAPHS_FILE = "triton_sam_video.py"
 INSTANCE_FILE = "triton_sam_instance.py"  # the session model's instance-segmentation requests
+CONCEPTS_FILE = "triton_sam_concepts.py"  # the session model's SAM3 concept requests
 DECODES_FILE = "triton_sam_decodes.py"  # what a decode request asks for and how its answer is shaped
 DEVICES_FILE = "triton_sam_devices.py"  # the session model's devices and where an image's features live
 
@@ -34,6 +35,7 @@ def helper_sources() -> dict[str, str]:
         VOLUMES_FILE,
         VIDEO_GRAPHS_FILE,
         INSTANCE_FILE,
+        CONCEPTS_FILE,
         DECODES_FILE,
         DEVICES_FILE,
     ):

@@ -39,7 +39,8 @@ written next to it (`server.models.write_python_model`), never triton-sam: the s
 the NGC tritonserver image and in the server of `triton-sam serve`. Next to it: the tensor
 contract (`triton_sam_contract.py`, triton-sam's `contract.py`), the array computations the
 client does alike (`triton_sam_arrays.py`), the feature stores (`triton_sam_features.py`), the
-video graphs (`triton_sam_video.py`), the instance-segmentation requests (`triton_sam_instance.py`)
+video graphs (`triton_sam_video.py`), the instance-segmentation and SAM3 concept requests
+(`triton_sam_instance.py`, `triton_sam_concepts.py`)
 and the devices (`triton_sam_devices.py`).
 """
 
@@ -63,6 +64,7 @@ except ImportError as error:  # said in Triton's log when the model fails to loa
 sys.path.insert(0, str(Path(__file__).parent))  # the modules written next to this file
 import triton_sam_contract as contract  # noqa: E402 (triton_sam/contract.py)
 from triton_sam_arrays import best_candidate, content_signature, logits_signature  # noqa: E402
+from triton_sam_concepts import ConceptRequests  # noqa: E402
 from triton_sam_decodes import answered_masks, crop_threshold, cropped_above, decoder_outputs, in_row_order, taken  # noqa: E402
 from triton_sam_devices import DeviceCounts, DeviceRuns, placed, session_devices  # noqa: E402
 from triton_sam_features import LruStore  # noqa: E402
@@ -209,6 +211,7 @@ class SessionModel:
         )
         self.video = video_requests(model_dir, params)
         self.instances = InstanceRequests(model_dir, self.model_id)
+        self.concepts = ConceptRequests(model_dir, self.model_id)  # SAM3's (`triton_sam_concepts.py`)
 
     def run(self, requests) -> list:
         encodes = [r for r in requests if pb_utils.get_input_tensor_by_name(r, IMAGE) is not None]
@@ -224,6 +227,9 @@ class SessionModel:
                 elif self.instances.handles(request):
                     responses[id(request)] = self.instances.run(request, *self._row(request))
                     self.counts.add("instance_maps")
+                elif self.concepts.handles(request):
+                    responses[id(request)] = self.concepts.run(request, *self._row(request))
+                    self.counts.add("concepts")
                 else:
                     decodes.append(request)
             except (UnknownHandle, UnknownMemory, ValueError) as error:

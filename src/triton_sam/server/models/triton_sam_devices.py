@@ -31,6 +31,7 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 import triton_sam_contract as contract
+from triton_sam_concepts import has_concept_graphs
 from triton_sam_features import BufferFeatureStore, FeatureStore
 from triton_sam_requests import cuda_devices, ort_session
 
@@ -112,15 +113,17 @@ class DeviceCounts:
 def _feature_store(device: Device, params: dict, model_dir: Path):
     """Where `device` keeps features (see `python_model.py`'s docstring, `feature_buffers`)."""
     capacity = int(params.get(contract.CACHE_SIZE_PARAMETER, "16"))
-    # The decoder's inputs say which features to keep (not SAM3's detector maps, kept here once the
-    # session model answers concept requests) and their shapes (the encoder's may be symbolic).
-    decoder_shapes = {i.name: i.shape[1:] for i in device.decoder.get_inputs()}
-    names = [output.name for output in device.encoder.get_outputs() if output.name in decoder_shapes]
+    # The decoder's inputs say which features to keep and their shapes (the encoder's may be
+    # symbolic); SAM3's detector maps too where the concept graphs are (111 MB an image), only there.
+    shapes_of = {i.name: i.shape[1:] for i in device.decoder.get_inputs()}
+    if has_concept_graphs(model_dir):
+        shapes_of.update((name, list(shape)) for name, shape in contract.DETECTOR_MAP_SHAPES.items())
+    names = [output.name for output in device.encoder.get_outputs() if output.name in shapes_of]
     buffers = params.get(contract.FEATURE_BUFFERS_PARAMETER, "auto")
     if buffers == "off" or (buffers == "auto" and not device.on_gpu):
         return FeatureStore(capacity, names)
     gather = ort_session(model_dir / contract.GATHER_FILE, device.index)
-    shapes = [decoder_shapes[name] for name in names]
+    shapes = [shapes_of[name] for name in names]
     if device.on_gpu:
         return BufferFeatureStore(capacity, names, shapes, "cuda", gather, device.index)
     return BufferFeatureStore(capacity, names, shapes, "cpu", gather)

@@ -37,7 +37,8 @@ class LruStore:
 
 
 class FeatureStore(LruStore):
-    """handle -> one image's encoder outputs as numpy arrays."""
+    """handle -> one image's encoder outputs as numpy arrays; a graph run on them (`run_decoder`: the
+    decoder, the instance decoder, SAM3's detector) is fed those it takes."""
 
     def __init__(self, capacity: int, names: list) -> None:
         super().__init__(capacity)
@@ -56,7 +57,7 @@ class FeatureStore(LruStore):
 
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
         """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
-        feeds = {name: _joined([row[name] for row in rows]) for name in self.names}
+        feeds = {name: _joined([row[name] for row in rows]) for name in self.names if name in _inputs(decoder)}
         return decoder.run(wanted, {**feeds, **prompts}, options)
 
 
@@ -102,7 +103,7 @@ class BufferFeatureStore(FeatureStore):
             done += count
 
     def host(self, slot: int) -> dict:
-        return {name: value.numpy() for name, value in zip(self.names, self._gathered([slot]))}
+        return {name: value.numpy() for name, value in self._gathered([slot]).items()}
 
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
         binding = self.decoder_binding(decoder, wanted, rows, prompts)
@@ -115,10 +116,10 @@ class BufferFeatureStore(FeatureStore):
         `benchmarks.session_batch_probe` times it apart from the run."""
         binding = decoder.io_binding()
         if len(rows) == 1:
-            for name in self.names:
+            for name in (name for name in self.names if name in _inputs(decoder)):
                 self._bind(binding, binding.bind_input, name, rows[0])
         else:
-            for name, value in zip(self.names, self._gathered(rows)):
+            for name, value in self._gathered(rows).items():
                 binding.bind_ortvalue_input(name, value)
         for name, array in prompts.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
@@ -126,15 +127,17 @@ class BufferFeatureStore(FeatureStore):
             binding.bind_output(name, "cpu")
         return binding
 
-    def _gathered(self, slots: list) -> list:
-        """The rows of `slots` side by side in new device buffers [len(slots), C, H, W]."""
+    def _gathered(self, slots: list) -> dict:
+        """The rows of `slots` side by side in new device buffers [len(slots), C, H, W] by name (of
+        the features the gather graph takes: the decoder's, which alone runs on several rows)."""
+        names = [name for name in self.names if f"{name}_slots" in _inputs(self.gather)]
         binding = self.gather.io_binding()
-        for name in self.names:
+        for name in names:
             binding.bind_ortvalue_input(f"{name}_slots", self.buffers[name])
             binding.bind_output(name, self.device, self.device_id)
         binding.bind_cpu_input("rows", np.asarray(slots, np.int64))
         self.gather.run_with_iobinding(binding)
-        return binding.get_outputs()
+        return dict(zip(names, binding.get_outputs()))
 
 
 def _row(output: np.ndarray, row: int, rows: int) -> np.ndarray:
@@ -159,6 +162,11 @@ def _free_stretches(free: list, count: int) -> list:
         chosen.append((first, min(length, count)))
         count -= length
     return chosen
+
+
+def _inputs(session) -> set:
+    """The input names of an ONNX Runtime session."""
+    return {i.name for i in session.get_inputs()}
 
 
 def _joined(arrays: list) -> np.ndarray:
