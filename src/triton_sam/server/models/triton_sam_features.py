@@ -57,7 +57,8 @@ class FeatureStore(LruStore):
 
     def run_decoder(self, decoder, wanted: list, rows: list, prompts: dict, options) -> list:
         """`decoder` on the features of `rows` (entries from `get`, one per prompt set) and `prompts`."""
-        feeds = {name: _joined([row[name] for row in rows]) for name in self.names if name in _inputs(decoder)}
+        taken = _inputs(decoder)
+        feeds = {name: _joined([row[name] for row in rows]) for name in self.names if name in taken}
         return decoder.run(wanted, {**feeds, **prompts}, options)
 
 
@@ -116,7 +117,8 @@ class BufferFeatureStore(FeatureStore):
         `benchmarks.session_batch_probe` times it apart from the run."""
         binding = decoder.io_binding()
         if len(rows) == 1:
-            for name in (name for name in self.names if name in _inputs(decoder)):
+            taken = _inputs(decoder)
+            for name in (name for name in self.names if name in taken):
                 self._bind(binding, binding.bind_input, name, rows[0])
         else:
             for name, value in self._gathered(rows).items():
