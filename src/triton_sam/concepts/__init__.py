@@ -36,8 +36,11 @@ How `sam3`'s `Sam3Processor` computes them, and the ONNX graphs that reproduce i
 (one encode for points and concepts); it matches `Sam3Processor` end to end on random weights
 (tests/export/test_sam3_processor_parity.py).
 
-Not done yet: exporting the concept graphs with `triton-sam export` (the tests export them from
-sam3's image model); the Triton concept request (the session model keeps only the tracker's
+`triton-sam export sam3_tracker` writes the concept graphs beside the session model
+(`repository.concepts_path`) from the same model as the tracker: sam3's image model with its
+interactive tracker (`export.sam3_onnx.build_model`; `--no-concepts` leaves them out).
+
+Not done yet: the Triton concept request (the session model keeps only the tracker's
 features and ignores the maps; it should keep them and answer instances with masks cropped to
 their boxes); the napari panel's Find (`plugin.find`) on large planes, stacks and Triton (it runs
 locally on planes encoded whole); a benchmark against `Sam3Processor`.
