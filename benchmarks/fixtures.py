@@ -68,9 +68,9 @@ def official_predictor(model_id: str, seed: int, device: str = "cpu"):
     if spec.family == "sam3":
         from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
 
-        from triton_sam.export.sam3_onnx import build_model
+        from triton_sam.export.sam3_onnx import build_model, tracker_of
 
-        return SAM3InteractiveImagePredictor(build_model(spec, seed=seed).to(device))
+        return SAM3InteractiveImagePredictor(tracker_of(build_model(spec, seed=seed)).to(device))  # the image model let go
     from triton_sam.export.sam1_onnx import build_model
 
     if spec.family == "mobile_sam":

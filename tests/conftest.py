@@ -124,10 +124,19 @@ def run_reference(script_name: str, *arguments: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def sam3_reference(tmp_path_factory) -> Path:
-    """The folder tests/export/sam3_reference.py fills: sam3's image model built once from the parity
-    seed, our exports of it and what sam3 computes with it (~13 GB, minutes on 2 cores: once for
-    both sam3 parity modules)."""
+def sam3_export(exported_repository):
+    """sam3_tracker exported with its concept graphs by `triton-sam export` (random weights of the
+    parity seed): the graphs the sam3 parity tests compare with `sam3_reference`."""
+    from triton_sam.repository import locate
+
+    return locate(get_model("sam3_tracker"), exported_repository("sam3_tracker"))
+
+
+@pytest.fixture(scope="session")
+def sam3_reference(tmp_path_factory, sam3_export) -> Path:
+    """The folder tests/export/sam3_reference.py fills: what sam3 computes with its image model,
+    built once from the parity seed as the export builds it (`sam3_export`, exported first: the
+    two never hold sam3 at once; minutes on 2 cores)."""
     require_export_extra()
     pytest.importorskip("sam3")
     directory = tmp_path_factory.mktemp("sam3_reference")

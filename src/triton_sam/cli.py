@@ -89,6 +89,7 @@ def _export(args, checkpoint: Path | None = None, decoder: Path | None = None) -
             decoder=decoder,
             tensorrt=args.tensorrt,
             half=args.fp16,
+            concepts=not args.no_concepts,
         )
     except ImportError as error:
         raise TritonSamError(
@@ -196,6 +197,11 @@ def _add_export_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=None, help=f"Triton model repository ({REPOSITORY_DEFAULT})")
     parser.add_argument("--tensorrt", action="store_true", help="add the TensorRT FP16 accelerator to config.pbtxt")
     parser.add_argument("--fp16", action="store_true", help="encoder backbone in float16: for GPUs (see BENCHMARKS.md)")
+    parser.add_argument(
+        "--no-concepts",
+        action="store_true",
+        help="sam3_tracker: leave out the concept graphs that Find needs (text encoder, 1.4 GB; detector, 0.1 GB)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

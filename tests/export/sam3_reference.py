@@ -1,12 +1,14 @@
 """Run once a test session in a process of its own (the `sam3_reference` fixture; sam3's image model
-takes gigabytes): build sam3's image model (with its tracker) from the parity seed's random weights,
-export from it the encoder (tracker features and detector maps), the tracker's decoder, the text
-encoder and the detector into DIRECTORY, and save what sam3 computes with that one model:
+takes gigabytes): build sam3's image model (with its tracker) from the parity seed's random weights
+with the export's own builder (`export.sam3_onnx.build_model`, as `triton-sam export sam3_tracker
+--random-init --seed SEED` builds the model whose graphs the tests read), and save into DIRECTORY
+what sam3 computes with it:
 - `reference.npz` (test_sam3_processor_parity): what `Sam3Processor` finds on two images for a
   phrase, a phrase + a positive box and a phrase + a negative box;
 - `text.npz` (test_sam3_concepts_parity): its text encoder's features of PHRASES;
 - `detector.npz` (test_sam3_concepts_parity): its detector's inputs and outputs for the same three
   cases on seeded random detector maps and text features.
+The export's graphs match these only if both built the same weights: the parity tests prove that too.
 
 Usage: python tests/export/sam3_reference.py DIRECTORY SEED
 """
@@ -24,10 +26,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from triton_sam import contract
 from triton_sam.concepts import Tokenizer
 from triton_sam.export import sam3_concepts_onnx, sam3_detector_onnx, sam3_onnx
-from triton_sam.export.quiet import SAM3_BUILD, ignoring
 from triton_sam.registry import get_model
 
 PHRASE = "mitotic cell"
@@ -64,41 +64,6 @@ def unpinned() -> Iterator[None]:
         yield
     finally:
         torch.Tensor.pin_memory = pin
-
-
-def build(seed: int) -> torch.nn.Module:
-    """sam3's image model with its interactive tracker, random weights drawn from `seed`."""
-    with ignoring(SAM3_BUILD):
-        from sam3.model_builder import build_sam3_image_model
-
-        torch.manual_seed(seed)
-        with sam3_onnx.cpu_safe_build():
-            model = build_sam3_image_model(
-                bpe_path=str(sam3_concepts_onnx.vocab_file()),
-                device="cpu",
-                checkpoint_path=None,
-                load_from_HF=False,
-                enable_inst_interactivity=True,
-            )
-    sam3_concepts_onnx.fill_uninitialised(model.backbone.language_backbone)
-    model.position_encoding = model.backbone.vision_backbone.position_encoding  # for the detector's export
-    return model.eval()
-
-
-def export(model: torch.nn.Module, directory: Path) -> None:
-    """encoder.onnx and decoder.onnx (the tracker on the image model's backbone) and the concept graphs."""
-    spec = get_model("sam3_tracker")
-    tracker = model.inst_interactive_predictor.model
-    tracker.backbone = model.backbone  # as Sam3Processor.set_image runs it: one backbone for both
-    start = time.perf_counter()
-    with torch.no_grad():
-        sam3_onnx.export_encoder(tracker, spec, directory / "encoder.onnx", external_data=True)
-        sam3_onnx.export_decoder(tracker, spec, directory / "decoder.onnx")
-    concepts = directory / contract.CONCEPTS_DIR
-    sam3_concepts_onnx.export_text_encoder(model.backbone.language_backbone, concepts)
-    sam3_detector_onnx.export_detector(model, concepts)
-    tracker.backbone = None
-    print(f"exports: {time.perf_counter() - start:.0f} s")
 
 
 def run_processor(model: torch.nn.Module, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -188,8 +153,9 @@ def run_detector(model: torch.nn.Module, given: dict[str, np.ndarray]) -> dict[s
 
 
 def main(directory: Path, seed: int) -> None:
-    model = build(seed)
-    export(model, directory)
+    start = time.perf_counter()
+    model = sam3_onnx.build_model(get_model("sam3_tracker"), seed=seed)
+    print(f"build: {time.perf_counter() - start:.0f} s")
     given = images(seed)
     with unpinned(), torch.inference_mode():
         saved = run_processor(model, given)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from triton_sam.registry import get_model
 from triton_sam.repository import locate, read_metadata
 
 TINY = get_model("sam2.1_hiera_tiny")
+SAM3 = get_model("sam3_tracker")
 
 
 @pytest.fixture(scope="module")
@@ -115,27 +118,64 @@ def test_sam1_family_checkpoints_are_plain_state_dicts(tmp_path):
         load_checkpoint(model, spec, tmp_path / "wrapped.pt")
 
 
-def test_sam3_checkpoint_layout_gives_every_tracker_weight():
-    """`sam3.pt` is the official video model's state dict: `tracker.*` (built without a backbone)
-    and the detector's `backbone.vision_backbone.*` (the ViT the tracker shares) among text-encoder
-    and detector weights. Built as `build_sam3_video_model` composes them."""
-    require_export_extra()
+@contextmanager
+def _shapes_only() -> Iterator[None]:
+    """Build sam3's models without their weights' memory or init time (meta tensors: shapes only);
+    the few sizes sam3 reads as Python values while building are computed on the CPU."""
     import torch
+    from torch.overrides import TorchFunctionMode
 
-    pytest.importorskip("sam3")
-    from sam3.model_builder import _create_vision_backbone, build_tracker
-
-    from triton_sam.export.checkpoint import sam3_tracker_weights
     from triton_sam.export.sam3_onnx import cpu_safe_build
 
-    with cpu_safe_build():
-        tracker = build_tracker(apply_temporal_disambiguation=True)
-        vision = _create_vision_backbone()
-        ours = build_tracker(apply_temporal_disambiguation=False, with_backbone=True)
-    official = {f"tracker.{k}": v for k, v in tracker.state_dict().items()}
-    official.update({f"detector.backbone.vision_backbone.{k}": v for k, v in vision.state_dict().items()})
-    official["detector.backbone.language_backbone.token_embedding.weight"] = torch.zeros(2, 2)
-    mapped = sam3_tracker_weights({"model": official})
-    expected = ours.state_dict()
+    class ScalarsOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func is torch.linspace:  # the ViT's drop-path rates, read with .item()
+                kwargs["device"] = "cpu"
+            return func(*args, **kwargs)
+
+    with torch.device("meta"), cpu_safe_build(), ScalarsOnCpu():
+        yield
+
+
+@pytest.fixture(scope="module")
+def sam3_layouts():
+    """(the official `sam3.pt` layout: `build_sam3_video_model`'s state dict, the image model with
+    its tracker that the export builds), shapes only."""
+    require_export_extra()
+    pytest.importorskip("sam3")
+    from sam3.model_builder import build_sam3_video_model
+
+    from triton_sam.export.quiet import SAM3_BUILD, ignoring
+    from triton_sam.export.sam3_concepts_onnx import vocab_file
+    from triton_sam.export.sam3_onnx import official_model
+
+    with _shapes_only(), ignoring(SAM3_BUILD):
+        video = build_sam3_video_model(bpe_path=str(vocab_file()), checkpoint_path=None, load_from_HF=False, device="meta")
+        return video.state_dict(), official_model(SAM3)
+
+
+def test_sam3_checkpoint_layout_gives_every_weight_of_the_image_model_and_its_tracker(sam3_layouts):
+    """`sam3.pt` is the official video model's state dict: `detector.*` (backbone, text encoder,
+    detector) and `tracker.*`, read as sam3's `build_sam3_image_model` reads them."""
+    from triton_sam.export.checkpoint import sam3_image_weights
+
+    official, model = sam3_layouts
+    mapped = sam3_image_weights({"model": official})
+    expected = model.state_dict()
     assert set(mapped) == set(expected)
     assert all(mapped[k].shape == v.shape for k, v in expected.items())
+
+
+def test_a_sam3_checkpoint_without_the_concept_weights_is_refused(sam3_layouts, tmp_path):
+    """A file holding the tracker and its ViT alone (no text encoder) is refused, with what it lacks."""
+    import torch
+
+    from triton_sam.export.checkpoint import load_checkpoint
+
+    official, model = sam3_layouts
+    kept = {k: torch.zeros(1) for k in official if not k.startswith("detector.backbone.language_backbone.")}
+    torch.save({"model": kept}, tmp_path / "tracker_only.pt")
+    refusal = r"does not match sam3_tracker \(missing: backbone\.language_backbone\..*wrong shape"
+    with pytest.raises(CheckpointError, match=refusal):
+        load_checkpoint(model, SAM3, tmp_path / "tracker_only.pt")

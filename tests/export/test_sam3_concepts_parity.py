@@ -5,8 +5,9 @@ sam3's `VETextEncoder` (tokenizer included), as `Sam3Processor.set_text_prompt` 
 detector: `detector.onnx` against `Sam3Processor`'s `forward_grounding` on the same detector maps and
 text features, for a phrase, a phrase + a positive box, a phrase + a negative box.
 
-The exports and sam3's results come from the one sam3 image model that sam3_reference.py builds for
-the session (`sam3_reference`, shared with test_sam3_processor_parity).
+The graphs are `triton-sam export sam3_tracker`'s (`sam3_export`); sam3's results come from the image
+model that sam3_reference.py builds from the same seed with the export's builder (`sam3_reference`,
+shared with test_sam3_processor_parity): equal outputs say the weights are the same too.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ pytestmark = pytest.mark.parity
 
 
 @pytest.fixture(scope="module")
-def text_encoders(sam3_reference):
+def text_encoders(sam3_reference, sam3_export):
     """(sam3's features of each of PHRASES as (mask, features), our export of its text encoder as a
     PhraseEncoder)."""
     with np.load(sam3_reference / "text.npz") as arrays:
         expected = [(arrays[f"mask{index}"], arrays[f"features{index}"]) for index in range(len(PHRASES))]
-    return expected, PhraseEncoder(sam3_reference / contract.CONCEPTS_DIR)
+    return expected, PhraseEncoder(sam3_export.concepts_dir)
 
 
 def test_text_features_match_sam3(text_encoders):
@@ -47,11 +48,11 @@ def test_each_phrase_is_encoded_once(text_encoders):
 
 
 @pytest.fixture(scope="module")
-def detector_reference(sam3_reference):
+def detector_reference(sam3_reference, sam3_export):
     """(detector.onnx's session, sam3's inputs and outputs per case)."""
     import onnxruntime
 
-    detector = sam3_reference / contract.CONCEPTS_DIR / contract.DETECTOR_FILE
+    detector = sam3_export.concepts_dir / contract.DETECTOR_FILE
     session = onnxruntime.InferenceSession(str(detector), providers=["CPUExecutionProvider"])
     with np.load(sam3_reference / "detector.npz") as saved:
         yield session, dict(saved)

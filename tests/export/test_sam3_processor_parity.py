@@ -1,25 +1,22 @@
 """`ConceptProcessor` finds what `sam3`'s `Sam3Processor` finds, end to end (image, phrase, exemplar
 boxes, post-processing), on the same random-init weights; and one encode serves it and the tracker.
 
-sam3's side runs in a process of its own (sam3_reference.py: its image model, the exports made from
-it, two `set_image` runs of ~35 s each on 2 cores), once for the session (`sam3_reference`).
+sam3's side runs in a process of its own (sam3_reference.py: its image model built as the export
+builds it, two `set_image` runs of ~35 s each on 2 cores), once for the session (`sam3_reference`);
+ours runs `triton-sam export sam3_tracker`'s graphs (`sam3_export`).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
 from sam3_reference import CASES, MASKS_SAVED, NEGATIVE, PHRASE, POSITIVE
 
-from triton_sam import contract
 from triton_sam.concepts import ConceptProcessor
 from triton_sam.engines.local import LocalEngine
 from triton_sam.features import FeatureCache
 from triton_sam.image import encoder_input
 from triton_sam.predictor import Predictor
-from triton_sam.registry import get_model
 from triton_sam.repository import ExportedModel
 
 pytestmark = pytest.mark.parity
@@ -28,19 +25,18 @@ IMAGES = ("gray", "rgb")  # 300 x 700 grayscale, 517 x 211 RGB
 
 
 @pytest.fixture(scope="module")
-def reference(sam3_reference) -> tuple[Path, dict[str, np.ndarray]]:
-    """(the directory of the exports, sam3's images and `Sam3Processor`'s results)."""
+def reference(sam3_reference, sam3_export) -> tuple[ExportedModel, dict[str, np.ndarray]]:
+    """(the export, sam3's images and `Sam3Processor`'s results)."""
     with np.load(sam3_reference / "reference.npz") as saved:
-        return sam3_reference, dict(saved)
+        return sam3_export, dict(saved)
 
 
 @pytest.fixture(scope="module")
 def processor(reference) -> ConceptProcessor:
-    directory, _ = reference
-    exported = ExportedModel(get_model("sam3_tracker"), directory / "encoder.onnx", directory / "decoder.onnx", {})
+    exported, _ = reference
     engine = LocalEngine(exported, detector_maps=True)
     shared = FeatureCache(engine)  # as a panel shares one cache (empty yet) between the tracker and concepts
-    processor = ConceptProcessor(engine, directory / contract.CONCEPTS_DIR, cache=shared)
+    processor = ConceptProcessor(engine, exported.concepts_dir, cache=shared)
     assert processor.cache is shared
     return processor
 

@@ -40,11 +40,15 @@ their positive logits (`server/models/triton_sam_concepts.py`); the same post-pr
 weights, locally and through Triton (tests/export/test_sam3_processor_parity.py,
 test_sam3_triton_parity.py).
 
-Not done yet: exporting the concept graphs with `triton-sam export` (the tests export them from
-sam3's image model); the napari panel's Find (`plugin.find`) on large planes, stacks and Triton (it
-runs locally on planes encoded whole); a Triton client needs the tokenizer's merges file locally
-(`concepts_dir`); `FallbackEngine` fallen back to its local engine answers no concept request; a
-benchmark against `Sam3Processor`.
+`triton-sam export sam3_tracker` writes the concept graphs beside the session model
+(`repository.concepts_path`) from the same model as the tracker: sam3's image model with its
+interactive tracker (`export.sam3_onnx.build_model`; `--no-concepts` leaves them out). The napari
+panel's Find (`plugin.find`) runs on planes encoded whole, on a large plane's tiles in view
+(`concepts.tiled`) and on every plane of a stack.
+
+Not done yet: Find through a Triton server (a Triton client needs the tokenizer's merges file
+locally, `concepts_dir`); `FallbackEngine` fallen back to its local engine answers no concept
+request; a benchmark against `Sam3Processor`.
 
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the

@@ -19,7 +19,7 @@ from .. import __version__, contract
 from ..download import file_sha256
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
-from ..repository import ENCODER_FP16, ENCODER_FP32, onnx_path, video_path, write_metadata
+from ..repository import ENCODER_FP16, ENCODER_FP32, concepts_path, onnx_path, video_path, write_metadata
 from ..server.models import write_python_model
 from ..server.models.triton_sam_video import SETTINGS_FILE, has_video_graphs
 from .triton_config import SESSION_CACHE_SIZE, decoder_config, encoder_config, session_config
@@ -90,6 +90,7 @@ def export_model(
     progress=print,
     external_data: bool | None = None,
     half: bool = False,
+    concepts: bool = True,
 ) -> list[Path]:
     """Export `spec` with a checkpoint's weights, or random weights from `seed`, into `output`.
 
@@ -99,6 +100,9 @@ def export_model(
     A model with micro-sam's instance-segmentation decoder gets it beside its session model: from
     `decoder` (micro-sam's `*_decoder.pt`), else from a checkpoint that holds a "decoder_state",
     else random from `seed`.
+
+    SAM3 gets its concept graphs (text encoder, detector; `triton_sam.concepts`) from the same
+    weights beside its session model, unless `concepts` is False (an earlier export's are removed either way).
 
     Each Triton model directory is written next to its final place and moved in only when
     complete, so an interrupted export never leaves a model that looks usable. The encoder's
@@ -111,10 +115,11 @@ def export_model(
         raise InvalidInputError(f"{spec.model_id} has no instance-segmentation decoder; leave out the decoder file.")
     family = _family_module(spec)
     model = family.build_model(spec, checkpoint=checkpoint, seed=seed)
-    weights = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint else {"checkpoint": "random-init", "seed": seed}
-    weights["encoder_precision"] = ENCODER_FP16 if half else ENCODER_FP32
+    source = {"checkpoint_sha256": file_sha256(checkpoint)} if checkpoint else {"checkpoint": "random-init", "seed": seed}
+    weights = {**source, "encoder_precision": ENCODER_FP16 if half else ENCODER_FP32}
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(concepts_path(output, spec), ignore_errors=True)  # an earlier export's, from its weights
     written = []
     components = (
         ("encoder", spec.encoder_name, partial(family.export_encoder, external_data=external_data, half=half), encoder_config),
@@ -140,6 +145,8 @@ def export_model(
         progress(f"Exporting {spec.model_id} video graphs ...")
         written += _staged(output, video_path(output, spec), partial(export_video, model, spec))
     written.append(write_session_model(spec, output))
+    if spec.family == "sam3" and concepts:
+        written += _export_concepts(family, model, spec, output, source, progress)
     return written + _export_instance_decoder(spec, output, checkpoint, seed, decoder, progress)
 
 
@@ -160,6 +167,18 @@ def _export_instance_decoder(
     if decoder is not None:
         return [instance_decoder_onnx.export_instance_decoder(spec, decoder, output)]
     return [instance_decoder_onnx.export_random_instance_decoder(spec, seed, output)]
+
+
+def _export_concepts(family: ModuleType, model, spec: ModelSpec, output: Path, source: dict, progress) -> list[Path]:
+    """SAM3's concept graphs of `model` beside its session model (`repository.concepts_path`)."""
+    progress(f"Exporting {spec.model_id} concept graphs (text encoder, detector) ...")
+
+    def write(directory: Path) -> list[Path]:
+        written = family.export_concepts(model, directory)
+        write_metadata(directory, _metadata(spec, "concepts", **source))
+        return written
+
+    return _staged(output, concepts_path(output, spec), write)
 
 
 def _staged(output: Path, final: Path, write) -> list[Path]:

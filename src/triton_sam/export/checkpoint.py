@@ -14,8 +14,8 @@ from ..registry import ModelSpec
 
 def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None:
     """Load an official checkpoint (SAM2: `{"model": state_dict}`; SAM1, MobileSAM: the state dict,
-    or micro-sam's layouts of it (`micro_sam_weights`); SAM3: the video model's state dict, of which
-    the tracker and its backbone are taken) with `weights_only=True` (no pickled code runs),
+    or micro-sam's layouts of it (`micro_sam_weights`); SAM3: the video model's state dict, read
+    into the image model with its tracker (`sam3_image_weights`)) with `weights_only=True` (no pickled code runs),
     refusing one made for another model."""
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -26,7 +26,7 @@ def load_checkpoint(model: nn.Module, spec: ModelSpec, checkpoint: Path) -> None
         layout = "a dict with a 'model' state dict" if spec.family == "sam2" else "a state dict"
         raise CheckpointError(f"{checkpoint} is not an official {spec.family} checkpoint (expected {layout}).")
     if spec.family == "sam3":
-        weights = sam3_tracker_weights(weights)
+        weights = sam3_image_weights(weights)
     elif spec.family in ("sam1", "mobile_sam"):
         weights = micro_sam_weights(weights)
     own = model.state_dict()
@@ -53,11 +53,12 @@ def micro_sam_weights(state: dict) -> dict:
     return {key.removeprefix(prefix): value for key, value in state["model_state"].items()}
 
 
-def sam3_tracker_weights(state: dict) -> dict:
-    """The tracker-with-backbone weights in an official `sam3.pt` (the video model's state dict,
-    possibly under "model"): `tracker.*` as they are, the shared ViT from `detector.backbone.vision_backbone.*`."""
+def sam3_image_weights(state: dict) -> dict:
+    """The image-model-with-tracker weights in an official `sam3.pt` (the video model's state dict,
+    possibly under "model"), as sam3's `build_sam3_image_model` reads them: `detector.*` are the
+    image model's (backbone, text encoder, detector), `tracker.*` its interactive tracker's."""
     state = state["model"] if isinstance(state.get("model"), dict) else state
-    prefixes = {"tracker.": "", "detector.backbone.vision_backbone.": "backbone.vision_backbone."}
+    prefixes = {"detector.": "", "tracker.": "inst_interactive_predictor.model."}
     return {new + key[len(old) :]: value for key, value in state.items() for old, new in prefixes.items() if key.startswith(old)}
 
 

@@ -6,13 +6,18 @@ ViT backbone at 1008 x 1008 with three feature levels, so SAM2's export wrappers
 encoder with SAM3's mean/std (0.5) and `no_mem_embed` always added, the decoder unchanged. The
 encoder also answers the concept detector's three maps (`contract.DETECTOR_MAPS`, SAM3's other
 neck on the same trunk run): one encode serves points, boxes and concepts.
-Needs the `export` extra (torch, sam3).
+
+Everything is exported from one official model, sam3's image model with its interactive tracker
+(`build_sam3_image_model(enable_inst_interactivity=True)`, as `Sam3Processor` runs it): the
+tracker on the image model's ViT, and the concept graphs (text encoder, detector) from the same
+weights. Needs the `export` extra (torch, sam3).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,7 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import contract
 from ..registry import ModelSpec
-from . import sam2_onnx
+from . import sam2_onnx, sam3_concepts_onnx, sam3_detector_onnx
 from .checkpoint import with_weights
 from .onnx_file import half_copy
 from .quiet import SAM3_BUILD, ignoring
@@ -53,18 +58,46 @@ def cpu_safe_build() -> Iterator[None]:
         yield
 
 
+def official_model(spec: ModelSpec) -> nn.Module:
+    """sam3's image model with its interactive tracker as sam3 builds it (its random init: the
+    global generator's), the text encoder's uninitialised weights filled (`fill_uninitialised`)."""
+    with ignoring(SAM3_BUILD):
+        from sam3 import model_builder
+
+        with cpu_safe_build():
+            build_image_model = getattr(model_builder, spec.config)
+            model = build_image_model(
+                bpe_path=str(sam3_concepts_onnx.vocab_file()),
+                device="cpu",
+                checkpoint_path=None,  # loaded and checked by `with_weights`
+                load_from_HF=False,
+                enable_inst_interactivity=True,
+            )
+    sam3_concepts_onnx.fill_uninitialised(model.backbone.language_backbone)
+    return model.eval()
+
+
 def build_model(spec: ModelSpec, checkpoint: Path | None = None, seed: int | None = None) -> nn.Module:
-    """The official SAM3 tracker with its backbone: random weights (seeded) or a `sam3.pt`'s."""
+    """`official_model` with random weights (seeded) or a `sam3.pt`'s; its tracker runs on the image
+    model's ViT (`tracker_of`) and its detector on the ViT's position encoding."""
+    model = with_weights(partial(official_model, spec), spec, checkpoint, seed)
+    # After loading: as attributes they join the state dict, which the checkpoint is checked against.
+    model.position_encoding = model.backbone.vision_backbone.position_encoding
+    model.inst_interactive_predictor.model.backbone = _vision_only(model.backbone)
+    return model
 
-    def build() -> nn.Module:
-        with ignoring(SAM3_BUILD):
-            from sam3 import model_builder
 
-            with cpu_safe_build():
-                build_tracker = getattr(model_builder, spec.config)
-                return build_tracker(apply_temporal_disambiguation=False, with_backbone=True).eval()
+def _vision_only(backbone: nn.Module) -> nn.Module:
+    """The image model's backbone without its text encoder: what `build_tracker(with_backbone=True)`
+    gives the tracker, on the same ViT and necks (so the tracker alone holds no text encoder)."""
+    from sam3.model.vl_combiner import SAM3VLBackbone
 
-    return with_weights(build, spec, checkpoint, seed)
+    return SAM3VLBackbone(visual=backbone.vision_backbone, text=None, scalp=backbone.scalp)
+
+
+def tracker_of(model: nn.Module) -> nn.Module:
+    """The interactive tracker of `build_model`'s image model, with its backbone."""
+    return model.inst_interactive_predictor.model
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -108,10 +141,19 @@ class Encoder(sam2_onnx.Encoder):
 
 
 def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False) -> None:
-    """The encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
-    model = half_copy(model) if half else model
-    with real_valued_rope(model.backbone.vision_backbone.trunk):
-        sam2_onnx.export_image_encoder(Encoder(model, spec), spec, path, external_data, contract.DETECTOR_MAPS)
+    """The tracker's encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
+    tracker = half_copy(tracker_of(model)) if half else tracker_of(model)
+    with real_valued_rope(tracker.backbone.vision_backbone.trunk):
+        sam2_onnx.export_image_encoder(Encoder(tracker, spec), spec, path, external_data, contract.DETECTOR_MAPS)
 
 
-export_decoder = sam2_onnx.export_decoder
+def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
+    """The tracker's prompt encoder and mask decoder (SAM2's)."""
+    sam2_onnx.export_decoder(tracker_of(model), spec, path)
+
+
+def export_concepts(model: nn.Module, directory: Path) -> list[Path]:
+    """The concept graphs into `directory`: the text encoder (with the tokenizer's merges) and the detector."""
+    with torch.no_grad():
+        written = sam3_concepts_onnx.export_text_encoder(model.backbone.language_backbone, directory)
+        return [*written, sam3_detector_onnx.export_detector(model, directory)]

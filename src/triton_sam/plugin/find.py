@@ -41,9 +41,8 @@ DEFAULT_SCORE = 0.5  # sam3's confidence threshold
 NEEDS_SAM3 = "Find needs SAM 3: choose sam3_tracker (exported with its concept graphs) and press Start."
 LOCAL_ONLY = "Find runs on the local backend for now: choose Local and press Start."
 NO_GRAPHS = (
-    "This sam3_tracker export has no concept graphs (text encoder, detector) in {path}: `triton-sam export` does not "
-    "write them yet; export them there with triton_sam.export.sam3_concepts_onnx.export_text_encoder and "
-    "sam3_detector_onnx.export_detector (see docs/python-api.md), then press Start."
+    "This sam3_tracker export has no concept graphs (text encoder, detector) in {path}: export it again without "
+    "--no-concepts (`triton-sam export sam3_tracker --checkpoint sam3.pt`), then press Start."
 )
 OLD_ENCODER = "This sam3_tracker encoder does not answer SAM 3's detector maps: export sam3_tracker again, then press Start."
 ALL_PLANES, STOP = "Find on all planes", "Stop finding"
