@@ -75,3 +75,20 @@ def test_a_widening_upsampler_block_folds_into_one_convolution_equal_to_torch_em
     with torch.no_grad():
         expected, folded = conv(upsampler(x)), _UpsampleThenFoldedConv(upsampler, conv)(x)
     torch.testing.assert_close(folded, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_head_on_its_two_parts_equals_torch_ems_head_on_their_concatenation():
+    """decoder_head normalised and convolved part by part: the same output as on the concatenation."""
+    require_export_extra()
+    import torch
+    from torch_em.model.unet import ConvBlock2d
+
+    from triton_sam.export.instance_decoder_onnx import _HeadOnParts
+
+    torch.manual_seed(0)
+    head = ConvBlock2d(16, 8).eval()
+    torch.nn.init.normal_(head.block[1].bias)  # the bias is added once, not once a part
+    parts = torch.randn(1, 8, 12, 10) * 3 + 1, torch.randn(1, 8, 12, 10)
+    with torch.no_grad():
+        expected, got = head(torch.cat(parts, dim=1)), _HeadOnParts(head)(*parts)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -85,6 +85,27 @@ class _UpsampleThenFoldedConv(nn.Module):
         return self.conv(F.interpolate(x, scale_factor=self.scale_factor, mode=self.mode, align_corners=False))
 
 
+class _HeadOnParts(nn.Module):
+    """torch_em's UNETR `decoder_head` (a `ConvBlock2d`: instance norm without weights, 3 x 3
+    convolution, ...) on the concatenation of `parts`, without making it: the norm is per channel
+    and the convolution a sum over channels, so each part is normalised and convolved with its
+    channels' weights and the results added (no 128-channel copy at 1024 x 1024; ONNX Runtime
+    adds a sum inside the convolution that makes the next)."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        norm, self.conv, *rest = head.block
+        self.eps, self.rest = norm.eps, nn.Sequential(*rest)
+
+    def forward(self, *parts: torch.Tensor) -> torch.Tensor:
+        normed = [F.instance_norm(part, eps=self.eps) for part in parts]
+        weights = self.conv.weight.split([part.shape[1] for part in parts], dim=1)
+        total = F.conv2d(normed[0], weights[0], self.conv.bias, padding=self.conv.padding)
+        for part, weight in zip(normed[1:], weights[1:], strict=True):
+            total = F.conv2d(part, weight, padding=self.conv.padding) + total
+        return self.rest(total)
+
+
 def _widens_after_bilinear(block: nn.Module) -> bool:
     """Whether `block` is a `Deconv2DBlock` with a bilinear `Upsampler2d` to more channels than it reads."""
     from torch_em.model.unet import Upsampler2d
@@ -121,8 +142,9 @@ class InstanceDecoder(nn.Module):
 
     def __init__(self, unetr: nn.Module) -> None:
         super().__init__()
-        for name in ("base", "decoder", "deconv1", "deconv2", "deconv3", "deconv4", "deconv_out", "decoder_head", "out_conv"):
+        for name in ("base", "decoder", "deconv1", "deconv2", "deconv3", "deconv4", "deconv_out", "out_conv"):
             setattr(self, name, getattr(unetr, name))
+        self.decoder_head = _HeadOnParts(unetr.decoder_head)
         self.final_activation = unetr.final_activation
 
     def forward(self, image_embed: torch.Tensor) -> torch.Tensor:
@@ -131,7 +153,7 @@ class InstanceDecoder(nn.Module):
         z3 = self.deconv3(z6)
         z0 = self.deconv4(z3)
         x = self.decoder(self.base(image_embed), encoder_inputs=[z9, z6, z3])
-        x = self.decoder_head(torch.cat([self.deconv_out(x), z0], dim=1))
+        x = self.decoder_head(self.deconv_out(x), z0)
         return self.final_activation(self.out_conv(x))
 
 
