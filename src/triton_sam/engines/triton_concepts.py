@@ -43,7 +43,8 @@ def concepts(
 def _missing(engine: TritonEngine, why: str) -> str:
     """What to do where the server cannot answer concept requests, and `why`."""
     return (
-        f"{engine.spec.session_name} on {engine.describe()} answers no SAM3 concept requests ({why}): export SAM3's "
-        f"text encoder and detector ({contract.TEXT_ENCODER_FILE}, {contract.DETECTOR_FILE}) into "
-        f"<repository>/{engine.spec.session_name}/1/{contract.CONCEPTS_DIR}/ and restart the server."
+        f"{engine.spec.session_name} on {engine.describe()} answers no SAM3 concept requests ({why}): export "
+        f"{engine.spec.model_id} again with its concept graphs (`triton-sam export {engine.spec.model_id} --checkpoint "
+        f"sam3.pt`, without --no-concepts: {contract.TEXT_ENCODER_FILE} and {contract.DETECTOR_FILE} in "
+        f"<repository>/{engine.spec.session_name}/1/{contract.CONCEPTS_DIR}/) and restart the server."
     )
