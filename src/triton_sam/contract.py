@@ -160,6 +160,13 @@ MASK_CROP_BOXES = "mask_crop_boxes"
 MASK_CROPS = "mask_crops"
 CONCEPT_OUTPUTS = (QUERY_BOXES, QUERY_LOGITS, PRESENCE_LOGIT, CROPPED_QUERIES, MASK_CROP_BOXES, MASK_CROPS)
 NO_CONCEPT_GRAPHS = "NO_CONCEPT_GRAPHS"
+# A concept request may ask instead for the tokenizer's merges file beside the graphs
+# (VOCABULARY_WANTED bool [1, 1], with the handle of an image the server keeps): the answer is
+# VOCABULARY uint8 [1, n], the file's bytes, so that a client without the export's files (napari
+# on a laptop) tokenizes phrases as the server's text encoder expects.
+VOCABULARY_FILE = "bpe_simple_vocab_16e6.txt.gz"  # CLIP's BPE merges (`concepts.tokenizer`)
+VOCABULARY_WANTED = "concepts_vocabulary_wanted"
+VOCABULARY = "concepts_vocabulary"
 
 PROMPT_INPUTS = (POINT_COORDS, POINT_LABELS, MASK_INPUT, HAS_MASK_INPUT)
 DECODER_OUTPUTS = (MULTI_MASKS, MULTI_SCORES, SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE)

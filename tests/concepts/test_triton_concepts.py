@@ -72,6 +72,23 @@ def test_triton_finds_what_the_local_processor_finds(processors, image_name):
         assert theirs["masks"].shape[-2:] == image.shape[:2]
 
 
+def test_a_client_without_the_merges_file_tokenizes_with_the_server_s_asked_for_once(processors, server):
+    """napari on a laptop has no export: the processor asks the server for its tokenizer's merges
+    file with the first phrase, then finds what the local processor finds."""
+    local, _ = processors
+    engine = TritonEngine(SAM3, TritonConnection(server.grpc_url))
+    remote = ConceptProcessor(engine)  # no concepts_dir
+    image = images()["gray"]
+    asked_before = server.session_requests(SAM3.session_name).get("concepts", 0)
+    for case in ("phrase", "positive"):
+        ours, theirs = asked(local, image, case), asked(remote, image, case)
+        assert (theirs["scores"] == ours["scores"]).all() and (theirs["masks"] == ours["masks"]).all(), case
+    # one merges file, then a concept request a prompt: the phrase, then the phrase and its box
+    assert server.session_requests(SAM3.session_name)["concepts"] - asked_before == 1 + 3
+    assert remote.detector.tokenizer.ids == local.detector.phrases.tokenizer.ids
+    engine.close()
+
+
 def test_the_slider_refilters_without_a_request_down_to_the_floor(processors, server):
     local, remote = processors
     state = asked(remote, images()["gray"], "positive")

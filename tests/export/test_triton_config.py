@@ -72,6 +72,7 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     instance = {contract.MAPS_REGION, contract.IMAGE_HW} if spec.decoder_url else set()
     # SAM3 also takes concept requests (answered where its concept graphs are exported).
     concept = {contract.TEXT_TOKENS, contract.EXEMPLAR_BOXES, contract.EXEMPLAR_LABELS, contract.SCORE_FLOOR}
+    concept |= {contract.VOCABULARY_WANTED}  # (or the tokenizer's merges file)
     concept = concept if spec.family == "sam3" else set()
     assert set(inputs) == instance | concept | {
         contract.ENCODER_INPUT,
@@ -91,7 +92,7 @@ def test_session_config_is_one_python_instance_with_optional_inputs(model_id):
     outputs = {o.name: o for o in config.output}
     crops = {contract.SINGLE_MASK_CROP, contract.MULTI_MASK_CROP, contract.CROP_BOX, contract.KEPT_KEYS}
     maps = {contract.INSTANCE_MAPS} if instance else set()
-    found = set(contract.CONCEPT_OUTPUTS) if concept else set()
+    found = {*contract.CONCEPT_OUTPUTS, contract.VOCABULARY} if concept else set()
     assert set(outputs) == {contract.HANDLE, *contract.DECODER_OUTPUTS, *crops} | maps | found
     if instance:
         assert inputs[contract.IMAGE_HW].data_type == model_config_pb2.TYPE_INT64 and list(inputs[contract.IMAGE_HW].dims) == [2]

@@ -18,6 +18,7 @@ from qtpy.QtCore import Qt  # noqa: E402
 from qtpy.QtTest import QTest  # noqa: E402
 from test_widget import click, drag_box, key, start, world  # noqa: E402
 
+from conftest import start_server  # noqa: E402
 from triton_sam.concepts import ConceptProcessor  # noqa: E402
 from triton_sam.concepts.instances import label_image  # noqa: E402
 from triton_sam.plugin import find, layers  # noqa: E402
@@ -38,16 +39,20 @@ def instances(layer) -> int:
     return len(np.unique(layer.data[layer.data > 0]))
 
 
-def start_sam3(qtbot, viewer, repository, data: np.ndarray | None = None):
-    """The panel started with sam3_tracker of `repository` on `data` (a blob image by default); its Find section open."""
+def start_sam3(qtbot, viewer, repository=None, data: np.ndarray | None = None, url: str | None = None):
+    """The panel started with sam3_tracker of `repository` (or of the Triton server at `url`) on
+    `data` (a blob image by default); its Find section open."""
     image = viewer.add_image(blob_image(SIZE, BLOBS) if data is None else data)
     viewer.reset_view()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    widget.form.repository_field.setText(str(repository))
+    fields = {"repository": repository} if url is None else {"url": url}
+    widget.form.backend_box.setCurrentText("Local" if url is None else "Triton")
+    for name, value in fields.items():
+        getattr(widget.form, f"{name}_field").setText(str(value))
     widget.form.find_models_button.click()
     qtbot.waitUntil(lambda: widget.form.model_box.findText("sam3_tracker") >= 0, timeout=10000)
     widget.form.model_box.setCurrentText("sam3_tracker")
-    widget = start(qtbot, viewer, repository=repository)
+    widget = start(qtbot, viewer, "Local" if url is None else "Triton", **fields)
     open_section(widget, "find")
     return image, widget
 
@@ -113,6 +118,29 @@ def test_find_a_phrase_refilter_add_an_exemplar_commit_all_and_undo(qtbot, viewe
     objects.undo()  # napari's undo (Ctrl+Z on the objects layer): the whole Find commit, one step
     assert np.array_equal(objects.data, tracked)
     widget.close_session()
+
+
+def test_find_through_a_triton_server_finds_previews_refilters_and_commits_as_locally(qtbot, viewer, concepts_repository):
+    """The server keeps the plane's features and runs the detector; the panel has no export (the
+    server's merges file tokenizes the phrase); the slider re-filters without a request."""
+    server = start_server(concepts_repository)
+    try:
+        image, widget = start_sam3(qtbot, viewer, url=server.grpc_url)
+        type_phrase(widget, "blob")
+        qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=20000)
+        found = viewer.layers[layers.FOUND_NAME]
+        qtbot.waitUntil(lambda: instances(found) == 5, timeout=20000)  # as on the local backend
+        asked = server.session_requests(get_model("sam3_tracker").session_name)["concepts"]
+        slide(widget, "PageUp", 9)  # 0.95
+        qtbot.waitUntil(lambda: instances(found) == 3, timeout=20000)
+        assert server.session_requests(get_model("sam3_tracker").session_name)["concepts"] == asked
+        key(viewer, "commit")
+        objects_name = layers.objects_name(image)
+        qtbot.waitUntil(lambda: objects_name in viewer.layers and viewer.layers[objects_name].data.any(), timeout=20000)
+        assert len(np.unique(viewer.layers[objects_name].data)) == 4  # the 3 shown, and 0
+        widget.close_session()
+    finally:
+        server.stop()
 
 
 def test_find_on_all_planes_fills_a_stack_layer_with_each_plane_s_instances_and_stops_when_pressed_again(

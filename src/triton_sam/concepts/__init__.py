@@ -46,9 +46,12 @@ interactive tracker (`export.sam3_onnx.build_model`; `--no-concepts` leaves them
 panel's Find (`plugin.find`) runs on planes encoded whole, on a large plane's tiles in view
 (`concepts.tiled`) and on every plane of a stack.
 
-Not done yet: Find through a Triton server (a Triton client needs the tokenizer's merges file
-locally, `concepts_dir`); `FallbackEngine` fallen back to its local engine answers no concept
-request; a benchmark against `Sam3Processor`.
+Through a Triton server the session model runs the text encoder and detector next to the
+features it keeps (`server/models/triton_sam_concepts.py`); a client without the export's files
+asks it once for the tokenizer's merges file (`contract.VOCABULARY`), so napari's Find runs there too.
+
+Not done yet: `FallbackEngine` fallen back to its local engine answers no concept request; a
+benchmark against `Sam3Processor`.
 
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the

@@ -35,22 +35,24 @@ class ConceptProcessor:
     dict whose "masks" (bool [N, 1, H, W]), "masks_logits" (probabilities, float32 [N, 1, H, W]),
     "boxes" (x0, y0, x1, y1 in image pixels, [N, 4]) and "scores" ([N]) are the instances scoring
     above `confidence_threshold`; numpy arrays where sam3 gives tensors. `engine` is a Triton
-    engine (its server runs the detector: `concepts_dir` needs only the tokenizer's merges file) or
-    keeps the detector maps (`LocalEngine(exported, detector_maps=True)`: `concepts_dir` holds the
-    text encoder and the detector, `contract.CONCEPTS_DIR`). `min_threshold`: see MIN_THRESHOLD.
+    engine (its server runs the detector: `concepts_dir`, if given, needs only the tokenizer's
+    merges file; without it the server's is used) or keeps the detector maps
+    (`LocalEngine(exported, detector_maps=True)`: `concepts_dir` holds the text encoder and the
+    detector, `contract.CONCEPTS_DIR`). `min_threshold`: see MIN_THRESHOLD.
     """
 
     def __init__(
         self,
         engine: Engine,
-        concepts_dir: str | Path,
+        concepts_dir: str | Path | None = None,
         *,
         cache: FeatureCache | None = None,
         confidence_threshold: float = 0.5,
         providers: Sequence[str] | None = None,
         min_threshold: float = MIN_THRESHOLD,
     ) -> None:
-        self.detector = concept_detector(engine, Path(concepts_dir), providers or usable_providers(), min_threshold)
+        concepts_dir = None if concepts_dir is None else Path(concepts_dir)
+        self.detector = concept_detector(engine, concepts_dir, providers or usable_providers(), min_threshold)
         self.engine = engine
         self.cache = cache if cache is not None else FeatureCache(engine)  # an empty one given is falsy
         self.confidence_threshold = confidence_threshold

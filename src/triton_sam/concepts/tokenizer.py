@@ -17,8 +17,10 @@ import ftfy
 import numpy as np
 import regex
 
+from .. import contract
+
 CONTEXT_LENGTH = 32  # SAM3's text encoder context (VETextEncoder.context_length)
-VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
+VOCAB_FILE = contract.VOCABULARY_FILE
 _MERGES = 49152 - 256 - 2  # merges CLIP reads from the file (after its header line)
 _SPECIAL = ("<start_of_text>", "<end_of_text>")
 
@@ -40,8 +42,9 @@ def clean(text: str) -> str:
 class Tokenizer:
     """Phrases to SAM3's token ids; words' merges are remembered."""
 
-    def __init__(self, vocab_file: Path):
-        lines = gzip.decompress(Path(vocab_file).read_bytes()).decode("utf-8").split("\n")
+    def __init__(self, vocab: Path | bytes):
+        """`vocab`: the merges file (VOCAB_FILE), or its bytes (as a server answers them)."""
+        lines = gzip.decompress(vocab if isinstance(vocab, bytes) else Path(vocab).read_bytes()).decode("utf-8").split("\n")
         merges = [tuple(line.split()) for line in lines[1 : _MERGES + 1]]
         symbols = list(byte_to_unicode().values())
         vocab = [*symbols, *(s + "</w>" for s in symbols), *("".join(m) for m in merges), *_SPECIAL]

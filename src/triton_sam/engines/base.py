@@ -151,6 +151,10 @@ class Engine(ABC):
         masks only of queries scoring above `floor`, cropped), run where the features are."""
         raise InvalidInputError(f"{self.describe()} runs no SAM3 concept requests.")
 
+    def concepts_vocabulary(self, features: ImageFeatures) -> bytes:
+        """The tokenizer's merges file of the concept graphs that `concepts` runs (gzip bytes)."""
+        raise InvalidInputError(f"{self.describe()} runs no SAM3 concept requests.")
+
     @functools.cached_property
     def resizer(self) -> MaskResizer:
         """Brings this engine's low-res logits to an image's size (on the CPU unless the engine says otherwise)."""

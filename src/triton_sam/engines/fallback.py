@@ -154,6 +154,9 @@ class FallbackEngine(Engine):
     def concepts(self, features: ImageFeatures, *request) -> dict[str, np.ndarray]:
         return self._where_features_are(features, lambda engine, kept: engine.concepts(kept, *request))
 
+    def concepts_vocabulary(self, features: ImageFeatures) -> bytes:
+        return self._where_features_are(features, lambda engine, kept: engine.concepts_vocabulary(kept))
+
     def _where_features_are(self, features: ImageFeatures, run: Callable[[Engine, ImageFeatures], T]) -> T:
         """`run(engine, features)` on the server for its features while it answers; else on the local
         engine, server features encoded here first."""

@@ -37,7 +37,7 @@ from .connection import TritonConnection
 from .kept_logits import KeptLogits
 from .server_pool import ServerPool
 from .triton_client import TritonClient, config_parameter, error_message, infer_inputs
-from .triton_concepts import concepts
+from .triton_concepts import concepts, vocabulary
 from .triton_instance import instance_maps
 from .triton_requests import prompt_arrays, split_request
 
@@ -183,6 +183,9 @@ class TritonEngine(Engine):
 
     def concepts(self, features: ImageFeatures, *request) -> dict[str, np.ndarray]:
         return concepts(self, features, *request)  # the session model's concept request (`triton_concepts`)
+
+    def concepts_vocabulary(self, features: ImageFeatures) -> bytes:
+        return vocabulary(self, features)
 
     def encode_many(self, images: Sequence[np.ndarray]) -> list[ImageFeatures]:
         """Images of one shape go `encode_batch` to a request (the server encodes them together);

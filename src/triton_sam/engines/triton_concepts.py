@@ -22,9 +22,6 @@ def concepts(
 ) -> dict[str, np.ndarray]:
     """The session model's answer (`contract.CONCEPT_OUTPUTS`) for the image of `features`, a phrase's
     token ids (int64 [1, 32]) and exemplar boxes ([1, N, 4], labels [1, N]; N may be 0)."""
-    config = engine.session_config(features.handle)
-    if not any(output["name"] == contract.MASK_CROPS for output in config.get("output", [])):
-        raise ServerModelError(_missing(engine, "its model repository was exported before triton-sam served them"))
     arrays = {
         contract.TEXT_TOKENS: np.asarray(tokens, np.int64).reshape(1, -1),
         contract.SCORE_FLOOR: np.array([[floor]], np.float32),
@@ -32,8 +29,23 @@ def concepts(
     if np.size(labels):  # none sent where there are none (Triton's tensors have no empty shapes here)
         arrays[contract.EXEMPLAR_BOXES] = np.asarray(boxes, np.float32).reshape(1, -1, 4)
         arrays[contract.EXEMPLAR_LABELS] = np.asarray(labels, np.int64).reshape(1, -1)
+    return _asked(engine, features, arrays, list(contract.CONCEPT_OUTPUTS))
+
+
+def vocabulary(engine: TritonEngine, features: ImageFeatures) -> bytes:
+    """The tokenizer's merges file beside the server's concept graphs (`contract.VOCABULARY`), asked
+    about the image of `features` (any image the server keeps)."""
+    answer = _asked(engine, features, {contract.VOCABULARY_WANTED: np.ones((1, 1), bool)}, [contract.VOCABULARY])
+    return answer[contract.VOCABULARY].tobytes()
+
+
+def _asked(engine: TritonEngine, features: ImageFeatures, arrays: dict, outputs: list[str]) -> dict[str, np.ndarray]:
+    """A concept request's `outputs`, with what to do where the server cannot answer it."""
+    names = {output["name"] for output in engine.session_config(features.handle).get("output", [])}
+    if not set(outputs) <= names:
+        raise ServerModelError(_missing(engine, "its model repository was exported before triton-sam served them"))
     try:
-        return engine.call(features, arrays, list(contract.CONCEPT_OUTPUTS))
+        return engine.call(features, arrays, outputs)
     except ServerModelError as error:
         if contract.NO_CONCEPT_GRAPHS in str(error):
             raise ServerModelError(_missing(engine, "its repository has no concept graphs")) from error

@@ -193,6 +193,7 @@ def _concept_tensors() -> tuple[list[str], list[str]]:
         (contract.EXEMPLAR_BOXES, "TYPE_FP32", (-1, 4)),
         (contract.EXEMPLAR_LABELS, "TYPE_INT64", (-1,)),
         (contract.SCORE_FLOOR, "TYPE_FP32", (1,)),
+        (contract.VOCABULARY_WANTED, "TYPE_BOOL", (1,)),
     ]
     outputs = [
         (contract.QUERY_BOXES, "TYPE_FP32", (-1, 4)),
@@ -201,6 +202,7 @@ def _concept_tensors() -> tuple[list[str], list[str]]:
         (contract.CROPPED_QUERIES, "TYPE_INT32", (-1,)),
         (contract.MASK_CROP_BOXES, "TYPE_INT32", (-1, 4)),
         (contract.MASK_CROPS, "TYPE_FP32", (-1,)),
+        (contract.VOCABULARY, "TYPE_UINT8", (-1,)),
     ]
     return [_tensor(*i, optional=True) for i in inputs], [_tensor(*o) for o in outputs]
 

@@ -6,7 +6,8 @@ slider's threshold are shown in the found layer, each in its own colour. The sli
 last detection (no detector run); while Find shows a phrase's result, a box dragged with the box
 modifier adds an exemplar (with the negative modifier too: "not this") and finds again; the commit
 key writes every instance shown as a new object (one undo step, never over labels). Runs on the
-local backend, for a sam3_tracker export with its concept graphs. On a stack, "Find on all planes"
+local backend, for a sam3_tracker export with its concept graphs, or on a Triton server whose
+session model has them (it runs the detector next to the features it keeps). On a stack, "Find on all planes"
 finds the phrase on every plane into a new labels layer, as Segment all on all planes does (its
 progress bar, stop, one undo step; `automatic_concepts`). On a large (tiled) plane, Enter finds the
 phrase in the tiles in view, each at native resolution, into a new labels layer as Segment all on the
@@ -39,7 +40,10 @@ from .workers import make_worker
 
 DEFAULT_SCORE = 0.5  # sam3's confidence threshold
 NEEDS_SAM3 = "Find needs SAM 3: choose sam3_tracker (exported with its concept graphs) and press Start."
-LOCAL_ONLY = "Find runs on the local backend for now: choose Local and press Start."
+NO_DETECTOR = (
+    "Find runs on a Triton server or on the Local backend (an export with its concept graphs), and this engine "
+    "is neither: choose Triton or Local and press Start."
+)
 NO_GRAPHS = (
     "This sam3_tracker export has no concept graphs (text encoder, detector) in {path}: export it again without "
     "--no-concepts (`triton-sam export sam3_tracker --checkpoint sam3.pt`), then press Start."
@@ -64,23 +68,27 @@ def create_engine(spec: ModelSpec, backend: str, repository, connection) -> engi
 
 
 def unavailable(session) -> str | None:
-    """Why Find cannot run with `session`'s engine (None: it can)."""
+    """Why Find cannot run with `session`'s engine (None: it can; a server without concept graphs
+    says so when asked)."""
     engine = session.engine
-    if engine.detector_maps:
-        return None
     if session.spec.family != "sam3":
         return NEEDS_SAM3
+    if engine.detector_maps or engine.answers_concepts:
+        return None
     exported = getattr(engine, "exported", None)
     if exported is None:
-        return LOCAL_ONLY
+        return NO_DETECTOR
     if exported.concepts_dir is None:
         return NO_GRAPHS.format(path=concepts_path(exported.encoder.parents[2], session.spec))
     return OLD_ENCODER
 
 
 def _processor(session) -> ConceptProcessor:
-    """A concept processor on `session`'s engine and cache (its planes encoded once for hover and Find)."""
-    return ConceptProcessor(session.engine, session.engine.exported.concepts_dir, cache=session.cache)
+    """A concept processor on `session`'s engine and cache (its planes encoded once for hover and
+    Find): with the export's concept graphs locally, with the server's through Triton."""
+    exported = getattr(session.engine, "exported", None)
+    concepts_dir = exported.concepts_dir if exported is not None and session.engine.detector_maps else None
+    return ConceptProcessor(session.engine, concepts_dir, cache=session.cache)
 
 
 def _refilter(processor: ConceptProcessor, state: dict) -> None:

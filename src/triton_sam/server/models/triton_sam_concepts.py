@@ -49,11 +49,16 @@ class ConceptRequests:
         self._loading = threading.Lock()
 
     def handles(self, request) -> bool:
-        return pb_utils.get_input_tensor_by_name(request, contract.TEXT_TOKENS) is not None
+        return any(
+            pb_utils.get_input_tensor_by_name(request, n) is not None for n in (contract.TEXT_TOKENS, contract.VOCABULARY_WANTED)
+        )
 
     def run(self, request, device, row) -> "pb_utils.InferenceResponse":
         """The instances of the request's phrase and exemplars in the image whose features are `row`
-        (an entry of `device`'s cache), answered compactly (module docstring)."""
+        (an entry of `device`'s cache), answered compactly (module docstring); or the tokenizer's
+        merges file, where the request asks for it."""
+        if pb_utils.get_input_tensor_by_name(request, contract.VOCABULARY_WANTED) is not None:
+            return self._vocabulary()
         text_encoder, detector = self._graphs(device.index)
         tokens = required(request, contract.TEXT_TOKENS).astype(np.int64)
         if tokens.shape != (1, _context_length(text_encoder)):
@@ -75,6 +80,15 @@ class ConceptRequests:
         queries, crop_boxes, crops = cropped_queries(outputs[contract.QUERY_MASKS][0], concept_scores(logits, presence) > floor)
         arrays = (outputs[contract.QUERY_BOXES], logits, presence, queries[None], crop_boxes[None], crops[None])
         return response(list(contract.CONCEPT_OUTPUTS), [np.ascontiguousarray(a) for a in arrays])
+
+    def _vocabulary(self) -> "pb_utils.InferenceResponse":
+        """The tokenizer's merges file beside the graphs, as bytes [1, n]."""
+        path = self.directory / contract.VOCABULARY_FILE
+        if not (self.available and path.is_file()):
+            raise ValueError(
+                f"{contract.NO_CONCEPT_GRAPHS}: {self.model_id} was exported without SAM3's concept graphs ({path} is missing)"
+            )
+        return response([contract.VOCABULARY], [np.frombuffer(path.read_bytes(), np.uint8)[None]])
 
     def _text(self, text_encoder, tokens: np.ndarray) -> np.ndarray:
         """The text features of `tokens`, kept by their ids."""
