@@ -188,13 +188,13 @@ def require_haproxy() -> None:
         pytest.skip("haproxy is not installed (scripts/install-system-packages.sh installs it)")
 
 
-def start_server(repository, **options):
-    """A real Triton server (`triton-sam serve` machinery) on free loopback ports."""
+def start_server(repository, timeout_s: float = 120.0, **options):
+    """A real Triton server (`triton-sam serve` machinery) on free loopback ports, ready within `timeout_s`."""
     from triton_sam.server.local import LocalTritonServer
 
     require_server_env()
     server = LocalTritonServer(repository, **loopback_ports(), **options)
-    return server.start()
+    return server.start(timeout_s)
 
 
 # The shared servers are module-scoped: session-scoped, they stayed up from the first module that

@@ -31,7 +31,10 @@ def reference(sam3_reference, sam3_export) -> tuple[ExportedModel, dict[str, np.
 @pytest.fixture(scope="module")
 def processor(reference):
     exported = reference[0]
-    server = start_server(exported.encoder.parents[2])  # the export's repository, concept graphs included
+    # The export's repository, concept graphs included. Its encoder warms up with a 1008 x 1008 encode
+    # (tens of seconds on 2 cores), and the session model loads the same 1.8 GB graph: more than the
+    # default wait.
+    server = start_server(exported.encoder.parents[2], timeout_s=600)
     engine = TritonEngine(SAM3, TritonConnection(server.grpc_url))
     yield ConceptProcessor(engine, exported.concepts_dir)  # its merges file only
     engine.close()
