@@ -62,7 +62,7 @@ def start_micro_sam(qtbot, viewer, model: str, backend: str, monkeypatch, **fiel
     memory only (hermetic: none read from an earlier run's disk cache), Segment all unfolded."""
     monkeypatch.setenv("TRITON_SAM_MODEL", model)
     QSettings("triton-sam", "triton-sam").setValue("disk_cache", "false")
-    widget = start(qtbot, viewer, backend, **fields)
+    widget = start(qtbot, viewer, backend, ready_ms=120000, **fields)  # a ViT-B encode: ~10-40 s on 2 cores
     assert widget.session.spec.model_id == model
     open_section(widget, "segment_all")
     return widget

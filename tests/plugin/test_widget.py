@@ -84,13 +84,14 @@ def world(layer, x: float, y: float) -> np.ndarray:
     return np.asarray(layer.data_to_world([y, x]))
 
 
-def start(qtbot, viewer, backend: str = "Local", **fields) -> TritonSamWidget:
+def start(qtbot, viewer, backend: str = "Local", ready_ms: int = 30000, **fields) -> TritonSamWidget:
+    """The panel started on `backend` with its `fields` set, once its first plane is encoded (within `ready_ms`)."""
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
     widget.form.backend_box.setCurrentText(backend)
     for name, value in fields.items():
         getattr(widget.form, f"{name}_field").setText(str(value))
     widget.connect_engine()
-    qtbot.waitUntil(lambda: widget.ready, timeout=30000)
+    qtbot.waitUntil(lambda: widget.ready, timeout=ready_ms)
     return widget
 
 
