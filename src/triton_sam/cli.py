@@ -158,6 +158,7 @@ def _cmd_serve(args) -> None:
         tls_key=args.tls_key,
         session_batching=args.session_batching,
         models=args.models,
+        sessions_only=args.sessions_only,
     )
     if not server.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: anyone who can reach {args.host} can use this server; set ${ENV_API_KEY} to require a key.")
@@ -264,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(MODELS),
         metavar="MODEL",
         help="serve only these of the repository's models (default: all)",
+    )
+    serve.add_argument(
+        "--sessions-only",
+        action="store_true",
+        help="load only the session models, which are all the plugin and Predictor call (the plain encoder "
+        "and decoder models are for other clients; SAM3's encoder loaded once, not twice)",
     )
     serve.set_defaults(func=_cmd_serve)
 

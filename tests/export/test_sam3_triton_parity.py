@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sam3_processor_parity import IMAGES, assert_finds_what_sam3_finds
+from test_sam3_processor_parity import assert_finds_what_sam3_finds
 
 from conftest import start_server
 from triton_sam.concepts import ConceptProcessor
@@ -31,18 +31,18 @@ def reference(sam3_reference, sam3_export) -> tuple[ExportedModel, dict[str, np.
 @pytest.fixture(scope="module")
 def processor(reference):
     exported = reference[0]
-    # The export's repository, concept graphs included. Its encoder warms up with a 1008 x 1008 encode
-    # (tens of seconds on 2 cores), and the session model loads the same 1.8 GB graph: more than the
-    # default wait.
-    server = start_server(exported.encoder.parents[2], timeout_s=600)
+    # The export's repository, concept graphs included; its session model alone (`serve
+    # --sessions-only`): the plain encoder's load and 1008 px warm-up encode took 181 s of a CI run.
+    server = start_server(exported.encoder.parents[2], timeout_s=300, sessions_only=True)
     engine = TritonEngine(SAM3, TritonConnection(server.grpc_url))
     yield ConceptProcessor(engine, exported.concepts_dir)  # its merges file only
     engine.close()
     server.stop()
 
 
-@pytest.mark.parametrize("image_name", IMAGES)
-def test_instances_through_triton_match_sam3_processor(reference, processor, image_name):
+def test_instances_through_triton_match_sam3_processor(reference, processor):
     """As test_sam3_processor_parity's local test: every query (threshold 0: every mask sent), then
-    a threshold keeping several, re-filtered without a request."""
-    assert_finds_what_sam3_finds(processor, reference[1], image_name)
+    a threshold keeping several, re-filtered without a request. On the RGB image only: the grey one
+    goes through the same graphs, checked locally, and each image costs the server a 1008 px encode
+    and ~200 masks a case (~150 s in CI)."""
+    assert_finds_what_sam3_finds(processor, reference[1], "rgb")

@@ -274,6 +274,23 @@ def test_a_partially_exported_repository_still_serves_what_is_there(tmp_path):
         assert f"failed to load '{large.encoder_name}'" in server.log_tail(400)
 
 
+def test_sessions_only_loads_the_session_model_alone_and_it_serves_the_plugin(synthetic_repository):
+    """`serve --sessions-only`: the session model runs the encoder and decoder files itself; the
+    plain models are not loaded beside it."""
+    require_server_env()
+    with LocalTritonServer(synthetic_repository, sessions_only=True, **loopback_ports()) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            ready = {name: client.is_model_ready(name) for name in (TINY.session_name, TINY.encoder_name, TINY.decoder_name)}
+        finally:
+            client.close()
+        with Predictor(backend="triton", url=server.grpc_url) as predictor:
+            predictor.set_image(disk_image(200, 200, [(100, 100, 30)]))
+            masks, _, _ = predictor.predict(point_coords=np.array([[100, 100]]), point_labels=np.array([1]))
+    assert ready == {TINY.session_name: True, TINY.encoder_name: False, TINY.decoder_name: False}
+    assert masks[1][100, 100]
+
+
 PROBE_CONFIG = """
 name: "path_probe"
 backend: "python"

@@ -197,9 +197,14 @@ class LocalTritonServer:
         tls_key: str | Path | None = None,
         session_batching: bool = False,
         models: Collection[str] | None = None,
+        sessions_only: bool = False,
     ) -> None:
         self.model_repository = Path(model_repository)
         self.models = models  # serve only these model ids (None: every exported model)
+        # Load only the session models (all that triton-sam's clients call): the encoder and decoder
+        # files they run are not loaded a second time as models of their own (SAM3's encoder: 1.8 GB
+        # and a 1008 px warm-up encode, minutes of a CPU server's start).
+        self.sessions_only = sessions_only
         self.host = host
         self.ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
         self.server_python = find_server_python(server_python)
@@ -279,6 +284,7 @@ class LocalTritonServer:
             f"--grpc-port={self.ports['grpc']}",
             f"--metrics-port={self.ports['metrics']}",
             f"--log-verbose={self.log_verbose}",
+            *self._sessions_only(view),
             *self._restrictions(),
             *self._tls(),
         ]
@@ -286,6 +292,14 @@ class LocalTritonServer:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready(timeout_s)
         return self
+
+    def _sessions_only(self, view: Path) -> list[str]:
+        """Where only the session models are served, Triton loads just those (the others stay in the
+        view: the session models read their files)."""
+        if not self.sessions_only:
+            return []
+        sessions = [d.name for d in sorted(view.iterdir()) if (read_metadata(d) or {}).get("component") == "session"]
+        return ["--model-control-mode=explicit", *(f"--load-model={name}" for name in sessions)]
 
     def _restrictions(self) -> list[str]:
         """With an API key, every gRPC and HTTP endpoint wants it in a header (see `API_KEY_NAME`)."""
