@@ -134,7 +134,7 @@ def server(vit_b_lm_export, tmp_path_factory):
     write_repository(WITHOUT_DECODER, repository)
     write_repository(OLD_EXPORT, repository)
     write_session_model(dataclasses.replace(OLD_EXPORT, decoder_url=None), repository)
-    server = start_server(repository)
+    server = start_server(repository, sessions_only=True)  # ViT-B's plain encoder not loaded (nor warmed up) beside it
     yield server
     server.stop()
 
