@@ -8,7 +8,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,17 +29,11 @@ PARITY_SEED = 0
 TESTS = Path(__file__).parent
 # Run first, before any server of the session starts and while this process holds little: the
 # parity tests here hold the suite's largest models (SAM3's official model beside our export of it).
-# SAM3's among them last, after the others have hidden the minutes of `Sam3Ahead`.
 FIRST = TESTS / "export"
 
 
-def _run_order(item: pytest.Item) -> tuple[bool, bool]:
-    first = Path(item.path).is_relative_to(FIRST)
-    return not first, first and "sam3" in item.nodeid
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_run_order)  # stable: the rest keep their order
+    items.sort(key=lambda item: not Path(item.path).is_relative_to(FIRST))  # stable: the rest keep their order
 
 
 def release_memory() -> None:
@@ -92,70 +85,19 @@ def export_stderr():
     return {}
 
 
-def _seeded_export(model_id: str, repository: Path) -> str:
-    """`triton-sam export model_id --random-init` of the parity seed into `repository`; its stderr."""
-    return cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
-
-
-class Sam3Ahead:
-    """SAM3's export and then its reference (`sam3_reference.py`), each in a process of its own and
-    one after the other (they never hold SAM3 together), started with the session: ~6 minutes of
-    mostly one core that the first tests' run hides (a process's peak ~13 GB beside them ~5 GB)."""
-
-    def __init__(self, tmp_path_factory) -> None:
-        self.repository = tmp_path_factory.mktemp("sam3_tracker_repo")
-        self.reference = tmp_path_factory.mktemp("sam3_reference")
-        self._pool = ThreadPoolExecutor(1)
-        self.export = self._pool.submit(_seeded_export, "sam3_tracker", self.repository)
-        self.reference_stdout = self._pool.submit(
-            lambda: run_reference("sam3_reference.py", str(self.reference), str(PARITY_SEED))
-        )  # after the export: one worker
-
-    def close(self) -> None:
-        for future in (self.export, self.reference_stdout):
-            future.cancel()
-        self._pool.shutdown(wait=True)
-
-
-def _needs_sam3_reference(session: pytest.Session) -> bool:
-    """Whether a test of `session` compares with sam3's reference, and all that makes it is installed."""
-    installed = all(importlib.util.find_spec(name) is not None for name in ("torch", "sam2", "sam3"))
-    return installed and any("sam3_reference" in item.fixturenames for item in session.items)
-
-
 @pytest.fixture(scope="session")
-def sam3_ahead(request, tmp_path_factory):
-    """A `Sam3Ahead` where this session's tests compare with sam3's reference (and sam3 is
-    installed), else None."""
-    if not _needs_sam3_reference(request.session):
-        yield None
-        return
-    ahead = Sam3Ahead(tmp_path_factory)
-    yield ahead
-    ahead.close()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _start_sam3_ahead(sam3_ahead):
-    """Start `sam3_ahead` with the session, before the first test."""
-
-
-@pytest.fixture(scope="session")
-def exported_repository(tmp_path_factory, export_stderr, sam3_ahead):
+def exported_repository(tmp_path_factory, export_stderr):
     """`exported_repository(model_id)`: a repository holding that model with seeded random weights,
-    exported through our own export code (once per model and test run; SAM3's ahead, `sam3_ahead`)."""
+    exported through our own export code (once per model and test run)."""
     repositories = {}
 
     def export(model_id: str):
         if model_id not in repositories:
             require_export_extra()
-            if model_id == "sam3_tracker" and sam3_ahead is not None:
-                export_stderr[model_id], repository = sam3_ahead.export.result(), sam3_ahead.repository
-            else:
-                repository = tmp_path_factory.mktemp(f"{model_id}_repo")
-                # As a user exports, and in a process of its own: tracing a model takes gigabytes that
-                # the test process would otherwise keep (the suite's peak went from ~21 to ~19.5 GB).
-                export_stderr[model_id] = _seeded_export(model_id, repository)
+            repository = tmp_path_factory.mktemp(f"{model_id}_repo")
+            # As a user exports, and in a process of its own: tracing a model takes gigabytes that
+            # the test process would otherwise keep (the suite's peak went from ~21 to ~19.5 GB).
+            export_stderr[model_id] = cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
             repositories[model_id] = repository
         return repositories[model_id]
 
@@ -191,14 +133,15 @@ def sam3_export(exported_repository):
 
 
 @pytest.fixture(scope="session")
-def sam3_reference(sam3_ahead, sam3_export) -> Path:
+def sam3_reference(tmp_path_factory, sam3_export) -> Path:
     """The folder tests/export/sam3_reference.py fills: what sam3 computes with its image model,
-    built once from the parity seed as the export builds it (`sam3_ahead`: after the export, the
+    built once from the parity seed as the export builds it (`sam3_export`, exported first: the
     two never hold sam3 at once; minutes on 2 cores)."""
     require_export_extra()
     pytest.importorskip("sam3")
-    print(sam3_ahead.reference_stdout.result())
-    return sam3_ahead.reference
+    directory = tmp_path_factory.mktemp("sam3_reference")
+    print(run_reference("sam3_reference.py", str(directory), str(PARITY_SEED)))
+    return directory
 
 
 @pytest.fixture(scope="session")
