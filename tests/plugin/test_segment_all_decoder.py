@@ -12,7 +12,7 @@ vit_t_lm (`synthetic.write_instance_decoder`: maps in a blink) segments the tile
 Random weights give nearly flat maps (values 0.3 to 0.77, medians near 0.54, 0.52 and 0.52 for the
 center distances, boundary distances and foreground of these blob planes): thresholds at about
 those medians (`MANY_OBJECTS`, as tests/instance/test_instance_parity.py takes its thresholds from
-the maps' medians) cut each plane into more than ten objects.
+the maps' medians) cut each plane into dozens of objects (33 on each).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from triton_sam.registry import get_model  # noqa: E402
 MODEL = "vit_t_lm"
 H, W = 96, 128
 MANY_OBJECTS = {
-    "center_distance_threshold": 0.51,
-    "boundary_distance_threshold": 0.54,
-    "foreground_threshold": 0.5,
+    "center_distance_threshold": 0.54,
+    "boundary_distance_threshold": 0.52,
+    "foreground_threshold": 0.52,
     "min_size": 5,
 }
 
@@ -121,7 +121,7 @@ def test_decoder_mode_segments_the_plane_shown_and_every_plane_as_instance_segme
 
     (found,) = _automatic_layers(viewer)
     expected = instance_segmenter_labels(widget, image, 1)
-    assert expected.max() > 10  # many objects
+    assert expected.max() > 20  # many objects
     assert found.data.shape == (1, H, W) and np.array_equal(found.data[0], expected)
     assert found.data_to_world((0, 0, 0)) == pytest.approx(image.data_to_world((1, 0, 0)))
     assert found.metadata[AUTOMATIC_KEY]["method"] == "decoder" and found.metadata[AUTOMATIC_KEY]["plane"] == [1]
@@ -201,7 +201,7 @@ def test_through_triton_every_plane_is_segmented_by_the_server_s_decoder(qtbot, 
 
     (stacked,) = _automatic_layers(viewer)
     first, second = (instance_segmenter_labels(widget, image, index) for index in range(2))
-    assert second.max() > 10  # many objects
+    assert second.max() > 20  # many objects
     assert np.array_equal(stacked.data[0], first)
     assert np.array_equal(stacked.data[1], np.where(second > 0, second + first.max(), 0))
     widget.close_session()
