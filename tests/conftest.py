@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from synthetic import write_repository
 from synthetic_concepts import write_concepts
@@ -21,6 +25,11 @@ from triton_sam.server.local import loopback_ports
 # other order importing it (torchvision does, for MobileSAM) crashed when tests/plugin ran alone.
 if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("triton") is not None:
     import torch._dynamo  # noqa: F401
+
+# No time limit on a property test's example: the tests assert behaviour, never speed (hypothesis's
+# 200 ms deadline failed a 1 x 1 tiling's example while the other half of scripts/test.sh ran).
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")
 
 pytest_plugins = ["memory_report"]  # each test's memory peak and growth, in the summary beside --durations
 
@@ -51,6 +60,45 @@ def _release_memory_after_each_module():
     """After a module's own fixtures (its models, its servers) are gone."""
     yield
     release_memory()
+
+
+# scripts/test.sh runs two pytest processes side by side and names a lock file here: what takes
+# gigabytes (SAM3's export, sam3 itself, a server of large models) holds it, so that the two never
+# do at once (SAM3's export alone peaks at ~12 GB of the machine's 24).
+ENV_MEMORY_LOCK = "TRITON_SAM_TEST_MEMORY_LOCK"
+_memory_lock_depth = 0
+
+
+@contextmanager
+def memory_heavy() -> Iterator[None]:
+    """Hold the suite's memory lock while the block runs (re-entrant; nothing to hold in one pytest run)."""
+    global _memory_lock_depth
+    path = os.environ.get(ENV_MEMORY_LOCK)
+    if not path or _memory_lock_depth:
+        _memory_lock_depth += 1
+        try:
+            yield
+        finally:
+            _memory_lock_depth -= 1
+        return
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits while the other run holds it
+        _memory_lock_depth = 1
+        try:
+            yield
+        finally:
+            _memory_lock_depth = 0
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _memory_heavy_modules(request):
+    """A module marked `memory_heavy` holds the memory lock from its first test to its last."""
+    if request.node.get_closest_marker("memory_heavy") is None:
+        yield
+        return
+    with memory_heavy():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +133,9 @@ def export_stderr():
     return {}
 
 
+HEAVY_EXPORTS = ("sam3_tracker",)  # ~12 GB while it traces
+
+
 @pytest.fixture(scope="session")
 def exported_repository(tmp_path_factory, export_stderr):
     """`exported_repository(model_id)`: a repository holding that model with seeded random weights,
@@ -97,7 +148,8 @@ def exported_repository(tmp_path_factory, export_stderr):
             repository = tmp_path_factory.mktemp(f"{model_id}_repo")
             # As a user exports, and in a process of its own: tracing a model takes gigabytes that
             # the test process would otherwise keep (the suite's peak went from ~21 to ~19.5 GB).
-            export_stderr[model_id] = cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
+            with memory_heavy() if model_id in HEAVY_EXPORTS else nullcontext():
+                export_stderr[model_id] = cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
             repositories[model_id] = repository
         return repositories[model_id]
 
@@ -140,7 +192,8 @@ def sam3_reference(tmp_path_factory, sam3_export) -> Path:
     require_export_extra()
     pytest.importorskip("sam3")
     directory = tmp_path_factory.mktemp("sam3_reference")
-    print(run_reference("sam3_reference.py", str(directory), str(PARITY_SEED)))
+    with memory_heavy():
+        print(run_reference("sam3_reference.py", str(directory), str(PARITY_SEED)))
     return directory
 
 
