@@ -13,6 +13,7 @@ from synthetic_concepts import BRIGHT, DIM, MEDIUM, blob_image
 from triton_sam import contract
 from triton_sam.concepts import ConceptProcessor
 from triton_sam.concepts.processor import MIN_THRESHOLD
+from triton_sam.engines import create_engine
 from triton_sam.engines.local import LocalEngine
 from triton_sam.engines.triton import TritonConnection, TritonEngine
 from triton_sam.errors import ServerModelError
@@ -85,7 +86,7 @@ def test_a_client_without_the_merges_file_tokenizes_with_the_server_s_asked_for_
         assert (theirs["scores"] == ours["scores"]).all() and (theirs["masks"] == ours["masks"]).all(), case
     # one merges file, then a concept request a prompt: the phrase, then the phrase and its box
     assert server.session_requests(SAM3.session_name)["concepts"] - asked_before == 1 + 3
-    assert remote.detector.tokenizer.ids == local.detector.phrases.tokenizer.ids
+    assert remote.detector.tokenizer.ids == local.detector.tokenizer.ids
     engine.close()
 
 
@@ -131,3 +132,28 @@ def test_a_server_without_concept_graphs_says_what_to_export(tmp_path):
         engine.close()
     finally:
         server.stop()
+
+
+def test_auto_finds_on_the_local_engine_once_the_server_is_gone(processors, concepts_repository):
+    """`backend="auto"` (the panel's default): a phrase found through its server; the server
+    stopped, the same state's next prompts are found by the local engine (the image encoded there
+    from the kept input, with its detector maps), as the local processor finds them."""
+    local, _ = processors
+    server = start_server(concepts_repository)
+    engine = create_engine(SAM3, "auto", concepts_repository, url=server.grpc_url, detector_maps=True, retry_s=60.0)
+    auto = ConceptProcessor(engine)  # the merges file: the server's, then the local export's
+    image = images()["rgb"]
+    try:
+        state = asked(auto, image, "phrase")
+        assert engine.fallback_reason is None and state["features"].on_server and len(state["scores"]) >= 2
+    finally:
+        server.stop()
+    for case in ("positive", "negative"):
+        for box, label in CASES[case]:
+            found = auto.add_geometric_prompt(box, label, state)
+        expected = asked(local, image, case)
+        assert (found["scores"] == expected["scores"]).all() and (found["masks"] == expected["masks"]).all(), case
+        auto.reset_all_prompts(state)
+        auto.set_text_prompt("blob", state)
+    assert engine.fallback_reason is not None and "local" in engine.describe()
+    engine.close()

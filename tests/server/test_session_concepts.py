@@ -28,7 +28,7 @@ def test_the_answer_is_the_local_detectors_cropped_with_or_without_exemplars(pyt
     local = ConceptProcessor(LocalEngine(exported, detector_maps=True), exported.concepts_dir)
     image = encoder_input(blob_image(192, {(0, 0): BRIGHT, (3, 1): MEDIUM}), SAM3)
     handle = _encode(model, image)
-    tokens = local.detector.phrases.tokenizer("cell")
+    tokens = local.detector.tokenizer("cell")
     for exemplars in ([], [([0.25, 0.58, 0.1, 0.1], False)]):
         state = local.set_image(image)
         local.set_text_prompt("cell", state)

@@ -50,8 +50,9 @@ Through a Triton server the session model runs the text encoder and detector nex
 features it keeps (`server/models/triton_sam_concepts.py`); a client without the export's files
 asks it once for the tokenizer's merges file (`contract.VOCABULARY`), so napari's Find runs there too.
 
-Not done yet: `FallbackEngine` fallen back to its local engine answers no concept request; a
-benchmark against `Sam3Processor`.
+Every engine answers the same concept request (`Engine.concepts`): the local engine runs it on the
+detector maps it keeps (`engines.local_concepts`), so `backend="auto"` goes on finding locally once
+its server is gone. `python -m benchmarks concepts` times it all against `Sam3Processor`.
 
 Found while reading and running sam3 0.1.4 on a CPU, for the detector's export and its reference:
 `Sam3Processor` itself fails there (the geometry encoder's `pin_memory()` needs CUDA), so the

@@ -1,6 +1,6 @@
 """`ConceptProcessor`: `sam3`'s `Sam3Processor` API (every instance of a phrase or of exemplar boxes)
-on the exported graphs, run locally with ONNX Runtime or by a Triton server's session model
-(`concepts.detectors`).
+on the exported graphs, run where the image's features are: locally with ONNX Runtime or by a
+Triton server's session model (`concepts.detectors`).
 
 The image is encoded through a `FeatureCache` of an engine that keeps SAM3's detector maps (or of
 a Triton engine: its server keeps them), so the tracker's point and box prompts on the same image
@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ..engines import Engine
-from ..engines.providers import usable_providers
 from ..features import FeatureCache
 from ..image import ContrastLimits, encoder_input
-from .detectors import concept_detector
+from .detectors import ConceptDetector
 from .instances import instances
 
 NO_PHRASE = "visual"  # what sam3 encodes when only boxes are given
@@ -34,11 +33,11 @@ class ConceptProcessor:
     Mirrors `sam3.model.sam3_image_processor.Sam3Processor`: each call takes and returns a `state`
     dict whose "masks" (bool [N, 1, H, W]), "masks_logits" (probabilities, float32 [N, 1, H, W]),
     "boxes" (x0, y0, x1, y1 in image pixels, [N, 4]) and "scores" ([N]) are the instances scoring
-    above `confidence_threshold`; numpy arrays where sam3 gives tensors. `engine` is a Triton
-    engine (its server runs the detector: `concepts_dir`, if given, needs only the tokenizer's
-    merges file; without it the server's is used) or keeps the detector maps
-    (`LocalEngine(exported, detector_maps=True)`: `concepts_dir` holds the text encoder and the
-    detector, `contract.CONCEPTS_DIR`). `min_threshold`: see MIN_THRESHOLD.
+    above `confidence_threshold`; numpy arrays where sam3 gives tensors. `engine` answers concept
+    requests: a Triton engine (its server runs the detector), a local one keeping the detector maps
+    (`LocalEngine(exported, detector_maps=True)`, its export's concept graphs), or a `FallbackEngine`
+    of those. `concepts_dir` (`contract.CONCEPTS_DIR`, optional) gives the tokenizer's merges file;
+    without it the engine's is used. `min_threshold`: see MIN_THRESHOLD.
     """
 
     def __init__(
@@ -48,11 +47,10 @@ class ConceptProcessor:
         *,
         cache: FeatureCache | None = None,
         confidence_threshold: float = 0.5,
-        providers: Sequence[str] | None = None,
         min_threshold: float = MIN_THRESHOLD,
     ) -> None:
         concepts_dir = None if concepts_dir is None else Path(concepts_dir)
-        self.detector = concept_detector(engine, concepts_dir, providers or usable_providers(), min_threshold)
+        self.detector = ConceptDetector(engine, concepts_dir, min_threshold)
         self.engine = engine
         self.cache = cache if cache is not None else FeatureCache(engine)  # an empty one given is falsy
         self.confidence_threshold = confidence_threshold
@@ -100,7 +98,7 @@ class ConceptProcessor:
         exemplars = state.get("exemplars", [])
         boxes = np.array([box for box, _ in exemplars], np.float32).reshape(1, -1, 4)
         labels = np.array([[int(label) for _, label in exemplars]], np.int64).reshape(1, -1)
-        floor = self.detector.floor(self.confidence_threshold)
+        floor = self.detector.floor(self.confidence_threshold, state["features"])
         state["detections"] = self.detector(state["features"], state["prompt"], boxes, labels, floor)
         self.detector_runs += 1
         return self.set_confidence_threshold(self.confidence_threshold, state)

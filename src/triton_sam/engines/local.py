@@ -22,6 +22,7 @@ from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
 from .graph_decoder import GraphDecoder
+from .local_concepts import LocalConcepts
 from .ort_sessions import on_cpu, release_cpu_arena, shared_session
 from .providers import CUDA, TENSORRT, device_of, usable_providers
 
@@ -86,6 +87,30 @@ class LocalEngine(Engine):
                 f"export {self.spec.model_id} again with this version of triton-sam."
             )
         return contract.DETECTOR_MAPS
+
+    @property
+    def answers_concepts(self) -> bool:
+        """Where the features keep SAM3's detector maps and the export has its concept graphs."""
+        return bool(self.detector_maps) and self.exported.concepts_dir is not None
+
+    @functools.cached_property
+    def _concepts(self) -> LocalConcepts:
+        """The export's concept graphs, opened on first use (SAM3 with `detector_maps` only)."""
+        if not self.detector_maps:
+            raise InvalidInputError(f"{self.describe()} does not keep SAM3's detector maps: create it with detector_maps=True.")
+        if self.exported.concepts_dir is None:
+            raise InvalidInputError(
+                f"{self.spec.model_id} in {self.exported.encoder.parents[2]} has no concept graphs (text encoder, detector): "
+                f"export it again without --no-concepts."
+            )
+        return LocalConcepts(self.exported.concepts_dir, self.providers)
+
+    def concepts(self, features: ImageFeatures, *request) -> dict[str, np.ndarray]:
+        """The concept request (`Engine.concepts`) run here on the features' detector maps."""
+        return self._concepts.answer(features.host_arrays(), *request)
+
+    def concepts_vocabulary(self, features: ImageFeatures) -> bytes:
+        return self._concepts.vocabulary()
 
     @functools.cached_property
     def _instance_decoder(self) -> ort.InferenceSession:

@@ -56,9 +56,10 @@ SEGMENTING = "Segment all (or Find on a large plane or all planes) is running: s
 
 
 def create_engine(spec: ModelSpec, backend: str, repository, connection) -> engines.Engine:
-    """`engines.create_engine`, keeping SAM3's detector maps where Find can run: the local backend
-    and an export with its concept graphs (an encoder without the maps: Find says so)."""
-    if backend == "local" and spec.family == "sam3":
+    """`engines.create_engine`, the local engine keeping SAM3's detector maps where Find can run
+    there: an export with its concept graphs, on the local backend or as Auto's fallback (an
+    encoder without the maps: Find says so)."""
+    if backend in ("local", "auto") and spec.family == "sam3":
         try:
             if locate(spec, repository).concepts_dir is not None:
                 return engines.create_engine(spec, backend, repository, connection=connection, detector_maps=True)
