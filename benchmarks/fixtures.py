@@ -9,6 +9,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,20 @@ def official_predictor(model_id: str, seed: int, device: str = "cpu"):
     else:
         from segment_anything import SamPredictor
     return SamPredictor(build_model(spec, seed=seed).to(device))
+
+
+@contextmanager
+def unpinned() -> Iterator[None]:
+    """Let sam3's geometry encoder run without CUDA: it pins a 4-value tensor before moving it
+    (`Tensor.pin_memory` needs a GPU; `Sam3Processor` fails on a CPU without this); a no-op here."""
+    import torch
+
+    pin = torch.Tensor.pin_memory
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+    try:
+        yield
+    finally:
+        torch.Tensor.pin_memory = pin
 
 
 def official_video_predictor(model_id: str, seed: int, device: str = "cpu"):

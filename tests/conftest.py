@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import gc
 import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,7 @@ if importlib.util.find_spec("torch") is not None and importlib.util.find_spec("t
     import torch._dynamo  # noqa: F401
 
 # No time limit on a property test's example: the tests assert behaviour, never speed (hypothesis's
-# 200 ms deadline failed a 1 x 1 tiling's example while the other half of scripts/test.sh ran).
+# 200 ms deadline failed a 1 x 1 tiling's example of test_tiles.py on a busy machine).
 settings.register_profile("untimed", deadline=None)
 settings.load_profile("untimed")
 
@@ -62,45 +59,6 @@ def _release_memory_after_each_module():
     release_memory()
 
 
-# scripts/test.sh runs two pytest processes side by side and names a lock file here: what takes
-# gigabytes (SAM3's export, sam3 itself, a server of large models) holds it, so that the two never
-# do at once (SAM3's export alone peaks at ~12 GB of the machine's 24).
-ENV_MEMORY_LOCK = "TRITON_SAM_TEST_MEMORY_LOCK"
-_memory_lock_depth = 0
-
-
-@contextmanager
-def memory_heavy() -> Iterator[None]:
-    """Hold the suite's memory lock while the block runs (re-entrant; nothing to hold in one pytest run)."""
-    global _memory_lock_depth
-    path = os.environ.get(ENV_MEMORY_LOCK)
-    if not path or _memory_lock_depth:
-        _memory_lock_depth += 1
-        try:
-            yield
-        finally:
-            _memory_lock_depth -= 1
-        return
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # waits while the other run holds it
-        _memory_lock_depth = 1
-        try:
-            yield
-        finally:
-            _memory_lock_depth = 0
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _memory_heavy_modules(request):
-    """A module marked `memory_heavy` holds the memory lock from its first test to its last."""
-    if request.node.get_closest_marker("memory_heavy") is None:
-        yield
-        return
-    with memory_heavy():
-        yield
-
-
 @pytest.fixture(scope="session")
 def synthetic_repository(tmp_path_factory):
     """A model repository holding the synthetic model under the tiny model's names."""
@@ -133,9 +91,6 @@ def export_stderr():
     return {}
 
 
-HEAVY_EXPORTS = ("sam3_tracker",)  # ~12 GB while it traces
-
-
 @pytest.fixture(scope="session")
 def exported_repository(tmp_path_factory, export_stderr):
     """`exported_repository(model_id)`: a repository holding that model with seeded random weights,
@@ -148,8 +103,7 @@ def exported_repository(tmp_path_factory, export_stderr):
             repository = tmp_path_factory.mktemp(f"{model_id}_repo")
             # As a user exports, and in a process of its own: tracing a model takes gigabytes that
             # the test process would otherwise keep (the suite's peak went from ~21 to ~19.5 GB).
-            with memory_heavy() if model_id in HEAVY_EXPORTS else nullcontext():
-                export_stderr[model_id] = cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
+            export_stderr[model_id] = cli_export(model_id, repository, "--random-init", "--seed", str(PARITY_SEED))
             repositories[model_id] = repository
         return repositories[model_id]
 
@@ -169,7 +123,9 @@ def run_reference(script_name: str, *arguments: str) -> str:
     """Run tests/export/`script_name` (an official model's reference, gigabytes that this process
     would otherwise keep) in a process of its own; its stdout."""
     script = FIRST / script_name
-    done = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True)
+    path = os.pathsep.join(filter(None, (str(TESTS.parent), os.environ.get("PYTHONPATH"))))  # the checkout's benchmarks/
+    env = {**os.environ, "PYTHONPATH": path}
+    done = subprocess.run([sys.executable, str(script), *arguments], capture_output=True, text=True, env=env)
     if done.returncode:
         pytest.fail(f"{script.name} failed:\n{done.stderr[-4000:]}")
     return done.stdout
@@ -192,8 +148,7 @@ def sam3_reference(tmp_path_factory, sam3_export) -> Path:
     require_export_extra()
     pytest.importorskip("sam3")
     directory = tmp_path_factory.mktemp("sam3_reference")
-    with memory_heavy():
-        print(run_reference("sam3_reference.py", str(directory), str(PARITY_SEED)))
+    print(run_reference("sam3_reference.py", str(directory), str(PARITY_SEED)))
     return directory
 
 

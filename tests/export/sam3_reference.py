@@ -18,14 +18,13 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from benchmarks.fixtures import unpinned  # the checkout's: run_reference puts it on the path
 from triton_sam.concepts import Tokenizer
 from triton_sam.export import sam3_concepts_onnx, sam3_detector_onnx, sam3_onnx
 from triton_sam.registry import get_model
@@ -52,18 +51,6 @@ def images(seed: int) -> dict[str, np.ndarray]:
         return np.clip(picture, 0, 255).astype(np.uint8)
 
     return {"gray": blobs(300, 700), "rgb": np.stack([blobs(517, 211) for _ in range(3)], axis=-1)}
-
-
-@contextmanager
-def unpinned() -> Iterator[None]:
-    """Let sam3's geometry encoder run without CUDA: it pins a 4-value tensor before moving it
-    (`Tensor.pin_memory` needs a GPU; `Sam3Processor` fails on a CPU without this); a no-op here."""
-    pin = torch.Tensor.pin_memory
-    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
-    try:
-        yield
-    finally:
-        torch.Tensor.pin_memory = pin
 
 
 def run_processor(model: torch.nn.Module, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -23,7 +23,7 @@ from triton_sam import Predictor
 from triton_sam.errors import InvalidInputError
 from triton_sam.registry import get_model
 
-pytestmark = [pytest.mark.parity, pytest.mark.memory_heavy]
+pytestmark = pytest.mark.parity
 MIN_IOU = 0.99
 SCORE_TOL = 1e-3
 LOW_RES_TOL = 1e-3

@@ -19,7 +19,7 @@ from sam3_reference import PHRASES
 from triton_sam import contract
 from triton_sam.concepts import PhraseEncoder
 
-pytestmark = [pytest.mark.parity, pytest.mark.memory_heavy]
+pytestmark = pytest.mark.parity
 
 
 @pytest.fixture(scope="module")

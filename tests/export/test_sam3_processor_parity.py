@@ -19,7 +19,7 @@ from triton_sam.image import encoder_input
 from triton_sam.predictor import Predictor
 from triton_sam.repository import ExportedModel
 
-pytestmark = [pytest.mark.parity, pytest.mark.memory_heavy]
+pytestmark = pytest.mark.parity
 
 IMAGES = ("gray", "rgb")  # 300 x 700 grayscale, 517 x 211 RGB
 

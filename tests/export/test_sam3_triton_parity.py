@@ -16,7 +16,7 @@ from triton_sam.engines.triton import TritonConnection, TritonEngine
 from triton_sam.registry import get_model
 from triton_sam.repository import ExportedModel
 
-pytestmark = [pytest.mark.parity, pytest.mark.memory_heavy]
+pytestmark = pytest.mark.parity
 
 SAM3 = get_model("sam3_tracker")
 
