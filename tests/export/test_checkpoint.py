@@ -118,6 +118,30 @@ def test_sam1_family_checkpoints_are_plain_state_dicts(tmp_path):
         load_checkpoint(model, spec, tmp_path / "wrapped.pt")
 
 
+@pytest.mark.parametrize("layout", ["plain", "model_state", "torch_em"])
+def test_micro_sam_checkpoint_layouts_give_the_weights_micro_sam_reads(layout, tmp_path):
+    """Each of micro-sam's layouts (test_microsam_parity.py exports one model of each through the CLI
+    but model_state's, which vit_b_histopathology's files use): our loader reads what micro-sam's
+    `get_sam_model` reads, every weight."""
+    require_export_extra()
+    pytest.importorskip("micro_sam")
+    import torch
+    from micro_sam.util import get_sam_model
+
+    from benchmarks.microsam_checkpoints import write_checkpoint
+    from triton_sam.export.checkpoint import load_checkpoint
+    from triton_sam.export.sam1_onnx import build_model
+
+    spec = get_model("vit_t_lm")
+    decoder = None if layout == "plain" else {"w": torch.ones(1)}  # beside the SAM's, as published
+    path = write_checkpoint(tmp_path / f"{layout}.pt", "vit_t", PARITY_SEED, layout, decoder)
+    expected = get_sam_model(model_type="vit_t", device="cpu", checkpoint_path=path).model.state_dict()
+    model = build_model(spec, seed=PARITY_SEED + 1)
+    load_checkpoint(model, spec, path)
+    assert model.state_dict().keys() == expected.keys()
+    assert all(torch.equal(value, expected[key]) for key, value in model.state_dict().items())
+
+
 @contextmanager
 def _shapes_only() -> Iterator[None]:
     """Build sam3's models without their weights' memory or init time (meta tensors: shapes only);

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.microsam_checkpoints import MODEL_STATE, PLAIN, TORCH_EM, write_checkpoint
+from benchmarks.microsam_checkpoints import PLAIN, TORCH_EM, write_checkpoint
 from benchmarks.parity import mask_iou, parity_images
 from conftest import PARITY_SEED, cli_export, release_memory, require_export_extra, start_server
 from triton_sam import Predictor
@@ -25,8 +25,7 @@ SCORE_TOL = 1e-3
 CASES = {
     "vit_b_lm": (PLAIN, "rgb_astronaut_small"),
     "vit_t_lm": (TORCH_EM, "gray_coins"),
-    "vit_b_histopathology": (MODEL_STATE, "rgb_astronaut_small"),
-}
+}  # micro-sam's third layout (model_state: the histopathology models') is test_checkpoint.py's
 
 
 def _image(name: str) -> np.ndarray:
