@@ -108,7 +108,7 @@ def _cmd_bench_instance(args) -> None:
 
 
 def _cmd_bench_json(args) -> None:
-    """`click|annotators|servers|memory|volume|automatic|gui|series_gui|large`: the benchmark with the
+    """`click|annotators|servers|memory|volume|automatic|gui|series_gui|large|concepts`: the benchmark with the
     options given, its result as JSON."""
     from importlib import import_module
 
@@ -138,6 +138,8 @@ _BENCH_OPTIONS = (
     "commits",
     "seed",
     "workdir",
+    "images",
+    "prompts",
 )
 
 
@@ -287,6 +289,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench_microsam.add_argument("--models", nargs="+", default=list(MICROSAM_MODELS), choices=microsam_ids, metavar="MODEL")
     _add_microsam_options(bench_microsam, encodes=3, predicts=10)
     bench_microsam.set_defaults(func=_cmd_bench_microsam)
+    bench_concepts = kinds.add_parser(
+        "concepts", help="SAM3's concept prompts: set_image, a phrase, an exemplar box, ours vs sam3's Sam3Processor (JSON)"
+    )
+    bench_concepts.add_argument("--images", type=int, default=2, help="images timed (after a warm-up one)")
+    bench_concepts.add_argument("--prompts", type=int, default=2, help="each prompt timed this often on each image")
+    bench_concepts.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
+    bench_concepts.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    bench_concepts.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where sam3 runs")
+    bench_concepts.add_argument("--seed", type=int, default=0, help="seed of the random-init weights")
+    bench_concepts.add_argument("--workdir", type=Path, default=Path(".bench"), help="where the export is kept")
+    bench_concepts.set_defaults(func=_cmd_bench_json, model="sam3_tracker")
     bench_memory = kinds.add_parser("memory", help="client and server memory as image features pile up, and a hover soak (JSON)")
     bench_memory.add_argument("--client-counts", type=int, nargs="+", default=None, help="images encoded (default 1 10 100)")
     bench_memory.add_argument("--soak-minutes", type=float, default=None, help="minutes of hovering through Triton (default 10)")

@@ -5,6 +5,8 @@ Tests use them too (the parity tests' official predictor, the load test's traces
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import random
 import sys
 import time
@@ -55,6 +57,16 @@ def exported_repository(model_id: str, seed: int, workdir: Path, half: bool = Fa
 
     export_model(spec, repository, seed=seed, half=half, progress=lambda message: print(message, file=sys.stderr))
     return repository
+
+
+def release_memory() -> None:
+    """Collect garbage and give the freed heap back to the system (glibc keeps it for reuse
+    otherwise, and this process's later work would not use it: gigabytes after an official model)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def official_predictor(model_id: str, seed: int, device: str = "cpu"):

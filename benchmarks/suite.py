@@ -47,6 +47,7 @@ PROFILES: dict[str, dict[str, dict]] = {
         "automatic": {"repeats": 2},
         "microsam": {"repeats": {"encode": 2, "predict": 10}},
         "instance": {"repeats": {"encode": 1, "predict": 5, "instance": 2}},
+        "concepts": {"images": 2, "prompts": 2},  # SAM3: its export alone takes ~12 GB
     },
     "smoke": {
         # No warm-up where a benchmark has one: a smoke run checks that it runs, not its figures.
@@ -124,6 +125,7 @@ RUNNERS = {
     "automatic": "benchmarks.automatic",
     "microsam": "benchmarks.microsam",
     "instance": "benchmarks.instance",
+    "concepts": "benchmarks.concepts",
 }
 IN_NAPARI = ("gui", "series_gui", "large")  # benchmarks that need a display
 
@@ -165,8 +167,9 @@ def run_all(
     if cuda_device_count() > 0:  # the official predictor on the GPU too
         settings["predictor"]["device"] = settings["click"]["device"] = settings["volume"]["device"] = "cuda"
         settings["automatic"]["device"] = settings["microsam"]["device"] = "cuda"
-        if "instance" in settings:  # the full profile's only: vit_b with its decoder is no smoke
-            settings["instance"]["device"] = "cuda"
+        for name in ("instance", "concepts"):  # the full profile's only: too heavy for a smoke run
+            if name in settings:
+                settings[name]["device"] = "cuda"
     if soak_s is not None:
         settings["memory"]["soak_s"] = soak_s
     results = {"profile": profile, "model": model_id, "machine": machine(), "seconds": {}, "results": {}}

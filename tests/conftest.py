@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import importlib.util
 import os
 import subprocess
@@ -13,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from benchmarks.fixtures import release_memory
 from synthetic import write_repository
 from synthetic_concepts import write_concepts
 from triton_sam.registry import get_model
@@ -40,16 +39,6 @@ FIRST = TESTS / "export"
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not Path(item.path).is_relative_to(FIRST))  # stable: the rest keep their order
-
-
-def release_memory() -> None:
-    """Collect garbage and give the freed heap back to the system (glibc keeps it for reuse
-    otherwise, and this process's later tests would not use it: gigabytes after an official model)."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
 
 
 @pytest.fixture(scope="module", autouse=True)

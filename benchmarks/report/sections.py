@@ -1,10 +1,12 @@
 """The report's sections, one a benchmark (`SECTIONS`, in the page's order): each renders a
 benchmark's results as Markdown, its goals' verdicts included. Those run in napari are in `in_napari`,
-micro-sam's models and its instance segmentation in `microsam`, several servers in `servers`.
+micro-sam's models and its instance segmentation in `microsam`, SAM3's concept prompts in `concepts`,
+several servers in `servers`.
 """
 
 from __future__ import annotations
 
+from .concepts import concepts
 from .in_napari import gui, large, series_gui
 from .microsam import instance, microsam
 from .servers import servers
@@ -299,6 +301,7 @@ SECTIONS = {  # benchmark -> (title, its Markdown)
     "automatic": ("Segment all (automatic mask generation)", _automatic),
     "microsam": ("micro-sam models side by side", microsam),
     "instance": ("Instance segmentation with micro-sam's decoder, side by side", instance),
+    "concepts": ("Concept prompts (SAM3) next to sam3's Sam3Processor", concepts),
     "annotators": ("Many annotators on one Triton server", _annotators),
     "servers": ("Several servers", servers),
     "memory": ("Memory", _memory),
