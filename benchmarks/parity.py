@@ -65,6 +65,44 @@ def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.logical_and(a, b).sum() / union) if union else 1.0
 
 
+def comparison_prompt_sets(h: int, w: int) -> list[tuple[str, dict]]:
+    """`prompt_sets` and two batched ones (two prompt sets at once): what the parity tests compare."""
+    box = [w * 0.2, h * 0.25, w * 0.7, h * 0.8]
+    return prompt_sets(h, w) + [
+        ("batched points", dict(point_coords=[[[w * 0.3, h * 0.3]], [[w * 0.7, h * 0.6]]], point_labels=[[1], [1]])),
+        ("batched boxes", dict(box=[box, [w * 0.05, h * 0.05, w * 0.4, h * 0.3]])),
+    ]
+
+
+def as_arrays(prompts: dict) -> dict[str, np.ndarray]:
+    """A prompt set's values as float32 arrays, as `predict` takes them."""
+    return {k: np.asarray(v, dtype=np.float32) for k, v in prompts.items()}
+
+
+def refinement_prompts(h: int, w: int) -> tuple[dict, dict]:
+    """A click, then the click and a negative one refining the best of the first click's masks."""
+    first = dict(point_coords=np.array([[w * 0.5, h * 0.5]]), point_labels=np.array([1]))
+    second = dict(point_coords=np.array([[w * 0.5, h * 0.5], [w * 0.3, h * 0.7]]), point_labels=np.array([1, 0]))
+    return first, second
+
+
+def official_outputs(reference, image: np.ndarray) -> dict[str, tuple]:
+    """The official predictor's (masks, scores, low-res logits) on `image` for each prompt set of
+    `comparison_prompt_sets` (multimask and not) and a refinement, by label: tests/export/test_parity.py
+    compares ours with them (SAM3's computed in sam3_reference.py's process)."""
+    reference.set_image(rgb(image))  # the official predictors take RGB
+    (h, w), outputs = image.shape[:2], {}
+    for label, prompts in comparison_prompt_sets(h, w):
+        for multimask in (True, False):
+            outputs[f"{label}, multimask={multimask}"] = reference.predict(multimask_output=multimask, **as_arrays(prompts))
+    first, second = refinement_prompts(h, w)
+    _, scores, low = reference.predict(**first)
+    for multimask in (True, False):
+        refined = reference.predict(mask_input=low[np.argmax(scores)][None], multimask_output=multimask, **second)
+        outputs[f"refinement, multimask={multimask}"] = refined
+    return outputs
+
+
 def _agreement(reference_outputs: list, outputs: list) -> dict:
     ious, score_diffs = [], []
     for (ref_masks, ref_scores, _), (masks, scores, _) in zip(reference_outputs, outputs):

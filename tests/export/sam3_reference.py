@@ -8,6 +8,8 @@ what sam3 computes with it:
 - `text.npz` (test_sam3_concepts_parity): its text encoder's features of PHRASES;
 - `detector.npz` (test_sam3_concepts_parity): its detector's inputs and outputs for the same three
   cases on seeded random detector maps and text features.
+- `tracker.npz` (test_parity): its interactive tracker's `SAM3InteractiveImagePredictor` outputs
+  (`benchmarks.parity.official_outputs`) on TRACKER_IMAGES, by image, label and output index.
 The export's graphs match these only if both built the same weights: the parity tests prove that too.
 
 Usage: python tests/export/sam3_reference.py DIRECTORY SEED
@@ -25,6 +27,7 @@ import torch
 from PIL import Image
 
 from benchmarks.fixtures import unpinned  # the checkout's: run_reference puts it on the path
+from benchmarks.parity import official_outputs, parity_images
 from triton_sam.concepts import Tokenizer
 from triton_sam.export import sam3_concepts_onnx, sam3_detector_onnx, sam3_onnx
 from triton_sam.registry import get_model
@@ -36,6 +39,8 @@ CASES = ("phrase", "positive", "negative")
 EXEMPLAR_LABELS = {"phrase": [], "positive": [True], "negative": [False]}
 DETECTOR_IMAGE_HW = (300, 700)  # only the detector's post-processing reads it (boxes in pixels, masks resized)
 MASKS_SAVED = 20  # the best-scoring queries' masks (the test's threshold keeps fewer)
+TRACKER_IMAGES = ("gray_coins",)  # upscaled 3x to 1008 px: where SAM3 is most sensitive to its input
+TRACKER_FILE = "tracker.npz"
 PHRASES = ["nucleus", "mitotic cell", "a very long description of dividing nuclei next to debris and dust " * 2]
 
 
@@ -139,6 +144,21 @@ def run_detector(model: torch.nn.Module, given: dict[str, np.ndarray]) -> dict[s
     return saved
 
 
+def tracker_outputs(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """`official_outputs` of the model's interactive tracker on each of TRACKER_IMAGES, flat."""
+    from sam3.model.sam1_task_predictor import SAM3InteractiveImagePredictor
+
+    predictor = SAM3InteractiveImagePredictor(sam3_onnx.tracker_of(model))
+    with torch.no_grad():
+        found = {name: official_outputs(predictor, parity_images()[name]) for name in TRACKER_IMAGES}
+    return {
+        f"{name}/{label}/{index}": np.asarray(array)
+        for name, outputs in found.items()
+        for label, output in outputs.items()
+        for index, array in enumerate(output)
+    }
+
+
 def main(directory: Path, seed: int) -> None:
     start = time.perf_counter()
     model = sam3_onnx.build_model(get_model("sam3_tracker"), seed=seed)
@@ -154,6 +174,9 @@ def main(directory: Path, seed: int) -> None:
         saved = run_detector(model, given)
     np.savez(directory / "detector.npz", **given, **saved)
     print(f"text and detector references: {time.perf_counter() - start:.0f} s")
+    start = time.perf_counter()
+    np.savez(directory / TRACKER_FILE, **tracker_outputs(model))
+    print(f"tracker references: {time.perf_counter() - start:.0f} s")
     print(f"peak memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GB")
 
 

@@ -14,10 +14,22 @@ image, and its ViT always sees one padded 1024 x 1024 input; SAM3 (a 450M-parame
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
+from sam3_reference import TRACKER_FILE, TRACKER_IMAGES
 
-from benchmarks.parity import mask_iou, parity_images, prompt_sets, rgb
+from benchmarks.parity import (
+    as_arrays,
+    comparison_prompt_sets,
+    mask_iou,
+    official_outputs,
+    parity_images,
+    refinement_prompts,
+    rgb,
+)
 from conftest import PARITY_SEED, release_memory, require_export_extra
 from triton_sam import Predictor
 from triton_sam.errors import InvalidInputError
@@ -31,15 +43,7 @@ MODELS = ["sam2.1_hiera_tiny", "sam_vit_b", "mobile_sam", "sam3_tracker"]
 # The images each model sees where it is not all of them (time). The small grayscale image,
 # upscaled 3x to 1008 px, is where SAM3 is most sensitive to its input (resizing on the client and
 # rounding to whole grey levels gave IoU 0.987 there).
-SOME_IMAGES = {"sam3_tracker": ("gray_coins",), "sam_vit_b": ("rgb_777x1311", "gray_smooth_613x2048")}
-
-
-def _prompt_sets(h: int, w: int) -> list[tuple[str, dict]]:
-    box = [w * 0.2, h * 0.25, w * 0.7, h * 0.8]
-    return prompt_sets(h, w) + [
-        ("batched points", dict(point_coords=[[[w * 0.3, h * 0.3]], [[w * 0.7, h * 0.6]]], point_labels=[[1], [1]])),
-        ("batched boxes", dict(box=[box, [w * 0.05, h * 0.05, w * 0.4, h * 0.3]])),
-    ]
+SOME_IMAGES = {"sam3_tracker": TRACKER_IMAGES, "sam_vit_b": ("rgb_777x1311", "gray_smooth_613x2048")}
 
 
 class _Sam1Reference:
@@ -72,32 +76,6 @@ def _reference(model_id: str):
     return reference if get_model(model_id).family in ("sam2", "sam3") else _Sam1Reference(reference)
 
 
-def _arrays(prompts: dict) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v, dtype=np.float32) for k, v in prompts.items()}
-
-
-def _refinement_prompts(h: int, w: int) -> tuple[dict, dict]:
-    """A click, then the click and a negative one refining the best of the first click's masks."""
-    first = dict(point_coords=np.array([[w * 0.5, h * 0.5]]), point_labels=np.array([1]))
-    second = dict(point_coords=np.array([[w * 0.5, h * 0.5], [w * 0.3, h * 0.7]]), point_labels=np.array([1, 0]))
-    return first, second
-
-
-def _official_outputs(reference, image: np.ndarray) -> dict[str, tuple]:
-    """The official predictor's outputs on `image` for each comparison below, by label."""
-    reference.set_image(rgb(image))  # the official predictors take RGB
-    (h, w), outputs = image.shape[:2], {}
-    for label, prompts in _prompt_sets(h, w):
-        for multimask in (True, False):
-            outputs[f"{label}, multimask={multimask}"] = reference.predict(multimask_output=multimask, **_arrays(prompts))
-    first, second = _refinement_prompts(h, w)
-    _, scores, low = reference.predict(**first)
-    for multimask in (True, False):
-        refined = reference.predict(mask_input=low[np.argmax(scores)][None], multimask_output=multimask, **second)
-        outputs[f"refinement, multimask={multimask}"] = refined
-    return outputs
-
-
 def _images(model_id: str) -> tuple[str, ...]:
     return SOME_IMAGES.get(model_id, tuple(parity_images()))
 
@@ -108,10 +86,11 @@ CASES = [(model_id, name) for model_id in MODELS for name in _images(model_id)]
 
 @pytest.fixture(scope="module")
 def predictors(exported_repository):
-    """`predictors(model_id)`: (the official predictor's outputs by image and label, our predictor),
-    built when a model's first case comes and kept for its next ones; one model's at a time. The
-    official model is let go before ours is loaded: the two never take memory together (SAM3's:
-    gigabytes each)."""
+    """`predictors(model_id, reference)`: (the official predictor's outputs by image and label, our
+    predictor), built when a model's first case comes and kept for its next ones; one model's at a
+    time. The official model is let go before ours is loaded: the two never take memory together
+    (SAM3's: gigabytes each). SAM3's outputs come from `reference()` (the `sam3_reference` folder:
+    sam3 is built once a test session, in a process of its own)."""
     require_export_extra()
     import torch
 
@@ -124,13 +103,16 @@ def predictors(exported_repository):
         held.clear()
         release_memory()  # our sessions' buffers (SAM3's: gigabytes); let them go before the next model
 
-    def build(model_id: str) -> tuple[dict, Predictor]:
+    def build(model_id: str, reference: Callable[[], Path]) -> tuple[dict, Predictor]:
         if model_id not in held:
             let_go()
-            reference = _reference(model_id)
-            expected = {name: _official_outputs(reference, parity_images()[name]) for name in _images(model_id)}
-            del reference
-            release_memory()
+            if model_id == "sam3_tracker":
+                expected = _saved_outputs(reference() / TRACKER_FILE)
+            else:
+                official = _reference(model_id)
+                expected = {name: official_outputs(official, parity_images()[name]) for name in _images(model_id)}
+                del official
+                release_memory()
             held[model_id] = expected, Predictor(model_id, model_repository=exported_repository(model_id))
         return held[model_id]
 
@@ -138,10 +120,23 @@ def predictors(exported_repository):
     let_go()
 
 
+def _saved_outputs(path: Path) -> dict[str, dict[str, tuple]]:
+    """sam3_reference.py's `official_outputs` of SAM3's tracker, by image and label."""
+    with np.load(path) as saved:
+        keys = sorted(saved.files)
+        labels = dict.fromkeys(key.rsplit("/", 1)[0] for key in keys)
+        outputs = {label: tuple(saved[f"{label}/{i}"] for i in range(3)) for label in labels}
+    by_image: dict[str, dict[str, tuple]] = {}
+    for label, output in outputs.items():
+        image, comparison = label.split("/", 1)
+        by_image.setdefault(image, {})[comparison] = output
+    return by_image
+
+
 @pytest.fixture(scope="module", params=CASES, ids=[f"{name}-{model_id}" for model_id, name in CASES])
 def image_pair(request, predictors):
     model_id, name = request.param
-    expected, ours = predictors(model_id)
+    expected, ours = predictors(model_id, lambda: request.getfixturevalue("sam3_reference"))
     image = parity_images()[name]
     ours.set_image(image)  # grayscale is sent as one channel
     return expected[name], ours, image.shape[:2]
@@ -167,14 +162,14 @@ def _assert_same(reference_out, ours_out, label: str) -> None:
 @pytest.mark.parametrize("multimask", [True, False])
 def test_masks_and_scores_match_the_official_predictor(image_pair, multimask):
     expected, ours, (h, w) = image_pair
-    for label, prompts in _prompt_sets(h, w):
+    for label, prompts in comparison_prompt_sets(h, w):
         label = f"{label}, multimask={multimask}"
-        _assert_same(expected[label], ours.predict(multimask_output=multimask, **_arrays(prompts)), label)
+        _assert_same(expected[label], ours.predict(multimask_output=multimask, **as_arrays(prompts)), label)
 
 
 def test_refinement_with_previous_low_res_logits(image_pair):
     expected, ours, (h, w) = image_pair
-    first, second = _refinement_prompts(h, w)
+    first, second = refinement_prompts(h, w)
     _, scores, low = ours.predict(**first)
     for multimask in (True, False):
         refined = ours.predict(mask_input=low[np.argmax(scores)][None], multimask_output=multimask, **second)
