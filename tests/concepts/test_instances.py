@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from triton_sam.concepts.instances import Detections, found_in, instances, label_image
-from triton_sam.server.models.triton_sam_arrays import resized
+from triton_sam import contract
+from triton_sam.concepts.instances import found_answered, instances, label_image
+from triton_sam.server.models.triton_sam_arrays import concept_answer, resized
 
 
 @pytest.mark.parametrize("size_hw", [(300, 700), (517, 211), (288, 288), (40, 1000)])
@@ -19,11 +20,16 @@ def test_masks_resize_as_torch_bilinear_interpolate(size_hw):
     assert np.abs(resized(maps, size_hw) - expected[:, 0].numpy()).max() < 1e-6  # to the float32 rounding of the sums
 
 
+def found_in(detections: tuple, floor: float):
+    """The `Found` of a concept request's answer to the detector's outputs (boxes, logits, masks, presence)."""
+    return found_answered(dict(zip(contract.CONCEPT_OUTPUTS, concept_answer(*detections, floor))), floor)
+
+
 def test_instances_above_the_threshold_with_pixel_boxes_and_masks():
     boxes = np.array([[[0.5, 0.5, 0.2, 0.4], [0.25, 0.75, 0.5, 0.5], [0.1, 0.1, 0.1, 0.1]]], np.float32)
     masks = np.full((1, 3, 288, 288), -10, np.float32)
     masks[0, 0, :144] = 10  # the top half
-    detections = Detections(boxes, np.array([[3.0, 0.5, -2.0]], np.float32), masks, np.array([[2.0]], np.float32))
+    detections = (boxes, np.array([[3.0, 0.5, -2.0]], np.float32), masks, np.array([[2.0]], np.float32))
     found = instances(found_in(detections, -np.inf), 0.5, (100, 200))
     presence = 1 / (1 + np.exp(-2.0))
     np.testing.assert_allclose(found["scores"], presence / (1 + np.exp([-3.0, -0.5])), rtol=1e-6)
@@ -43,7 +49,7 @@ def test_masks_from_crops_equal_masks_resized_whole(size_hw):
     masks[0, 1, [3, 200, 287], [280, 5, 150]] = [1.0, 0.01, 3.0]
     masks[0, 2, :20, 270:] += 9
     boxes = np.tile([0.5, 0.5, 0.2, 0.2], (1, 4, 1)).astype(np.float32)
-    detections = Detections(boxes, np.full((1, 4), 2.0, np.float32), masks, np.array([[5.0]], np.float32))
+    detections = (boxes, np.full((1, 4), 2.0, np.float32), masks, np.array([[5.0]], np.float32))
     ours = instances(found_in(detections, 0.5), 0.5, size_hw)
     whole = 1 / (1 + np.exp(-resized(masks[0], size_hw)))
     assert ours["masks"].shape == (4, 1, *size_hw) and (ours["masks"][:, 0] == (whole > 0.5)).all()

@@ -28,7 +28,7 @@ class ConceptDetector:
 
     def __init__(self, engine: Engine, concepts_dir: Path | None, min_threshold: float) -> None:
         if not engine.answers_concepts:
-            why = "keeps no SAM3 detector maps (LocalEngine(exported, detector_maps=True) keeps them)"
+            why = "keeps no SAM3 detector maps (LocalEngine(exported, detector_maps=True) does) or has no concept graphs"
             raise InvalidInputError(f"{engine.describe()} runs no SAM3 concept requests: it {why}.")
         self.engine, self.min_threshold = engine, min_threshold
         here = None if concepts_dir is None else Path(concepts_dir) / VOCAB_FILE

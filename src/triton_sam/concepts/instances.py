@@ -18,18 +18,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import contract
-from ..server.models.triton_sam_arrays import concept_scores, cropped_queries, resized_crop, split_crops
+from ..server.models.triton_sam_arrays import concept_scores, resized_crop, split_crops
 
 LOGITS_HW = (288, 288)  # the detector's mask logits (contract.QUERY_MASKS)
-
-
-class Detections(NamedTuple):
-    """The detector's outputs for one image (contract.DETECTOR_OUTPUTS), before any threshold."""
-
-    boxes: np.ndarray  # float32 [1, Q, 4]: cx, cy, w, h in [0, 1]
-    logits: np.ndarray  # float32 [1, Q]
-    masks: np.ndarray  # float32 [1, Q, 288, 288] logits
-    presence: np.ndarray  # float32 [1, 1]
 
 
 class Found(NamedTuple):
@@ -41,13 +32,6 @@ class Found(NamedTuple):
     crop_boxes: np.ndarray  # int [K, 4]: their crops' y0, x0, y1, x1 in the 288 x 288 logits
     crops: list  # K float32 arrays: their mask logits in those boxes
     floor: float
-
-
-def found_in(detections: Detections, floor: float) -> Found:
-    """A `Found` from the detector's whole outputs (run here), masks kept above `floor`."""
-    scores = concept_scores(detections.logits, detections.presence)
-    queries, boxes, flat = cropped_queries(detections.masks[0], scores > floor)
-    return Found(detections.boxes[0], scores, queries, boxes, split_crops(boxes, flat), floor)
 
 
 def found_answered(answer: dict[str, np.ndarray], floor: float) -> Found:

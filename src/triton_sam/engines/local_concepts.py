@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import contract
-from ..server.models.triton_sam_arrays import concept_scores, cropped_queries
+from ..server.models.triton_sam_arrays import concept_answer
 from .ort_sessions import shared_session
 
 TEXTS_KEPT = 64  # text features are 32 KB a phrase: a session's phrases all fit
@@ -54,10 +54,10 @@ class LocalConcepts:
         feeds[contract.EXEMPLAR_BOXES] = np.asarray(boxes, np.float32).reshape(1, -1, 4)
         feeds[contract.EXEMPLAR_LABELS] = np.asarray(labels, np.int64).reshape(1, -1)
         outputs = dict(zip(contract.DETECTOR_OUTPUTS, self._detector.run(list(contract.DETECTOR_OUTPUTS), feeds)))
-        logits, presence = outputs[contract.QUERY_LOGITS], outputs[contract.PRESENCE_LOGIT]
-        queries, crop_boxes, crops = cropped_queries(outputs[contract.QUERY_MASKS][0], concept_scores(logits, presence) > floor)
-        arrays = (outputs[contract.QUERY_BOXES], logits, presence, queries[None], crop_boxes[None], crops[None])
-        return dict(zip(contract.CONCEPT_OUTPUTS, arrays))
+        detected = (
+            outputs[name] for name in (contract.QUERY_BOXES, contract.QUERY_LOGITS, contract.QUERY_MASKS, contract.PRESENCE_LOGIT)
+        )
+        return dict(zip(contract.CONCEPT_OUTPUTS, concept_answer(*detected, floor)))
 
     def vocabulary(self) -> bytes:
         """The tokenizer's merges file beside the graphs."""

@@ -125,6 +125,14 @@ def cropped_queries(masks: np.ndarray, keep: np.ndarray) -> tuple:
     return queries, boxes, np.concatenate([np.zeros(0, np.float32), *crops]).astype(np.float32)
 
 
+def concept_answer(boxes: np.ndarray, logits: np.ndarray, masks: np.ndarray, presence: np.ndarray, floor: float) -> tuple:
+    """A concept request's answer (the contract's CONCEPT_OUTPUTS, in order) from the detector's
+    outputs: every query's box and logit and the presence logit as they are, and the mask logits
+    ([1, Q, S, S]) of the queries scoring above `floor`, cropped (`cropped_queries`)."""
+    queries, crop_boxes, crops = cropped_queries(masks[0], concept_scores(logits, presence) > floor)
+    return boxes, logits, presence, queries[None], crop_boxes[None], crops[None]
+
+
 def split_crops(boxes: np.ndarray, flat: np.ndarray) -> list:
     """The crops `cropped_queries` packed into `flat`, as arrays of their boxes' shapes."""
     sizes = [(int(y1 - y0), int(x1 - x0)) for y0, x0, y1, x1 in np.reshape(boxes, (-1, 4))]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import triton_sam_contract as contract
-from triton_sam_arrays import concept_scores, cropped_queries
+from triton_sam_arrays import concept_answer
 from triton_sam_features import LruStore
 from triton_sam_requests import ort_session, required, response
 
@@ -76,9 +76,10 @@ class ConceptRequests:
                 contract.DETECTOR_OUTPUTS, device.cache.run_decoder(detector, list(contract.DETECTOR_OUTPUTS), [row], feeds, None)
             )
         )
-        logits, presence = outputs[contract.QUERY_LOGITS], outputs[contract.PRESENCE_LOGIT]
-        queries, crop_boxes, crops = cropped_queries(outputs[contract.QUERY_MASKS][0], concept_scores(logits, presence) > floor)
-        arrays = (outputs[contract.QUERY_BOXES], logits, presence, queries[None], crop_boxes[None], crops[None])
+        detected = (
+            outputs[name] for name in (contract.QUERY_BOXES, contract.QUERY_LOGITS, contract.QUERY_MASKS, contract.PRESENCE_LOGIT)
+        )
+        arrays = concept_answer(*detected, floor)
         return response(list(contract.CONCEPT_OUTPUTS), [np.ascontiguousarray(a) for a in arrays])
 
     def _vocabulary(self) -> "pb_utils.InferenceResponse":
