@@ -48,6 +48,13 @@ def _release_memory_after_each_module():
     release_memory()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _mesa_shader_cache(tmp_path_factory):
+    """One shader cache folder for the run: Mesa keeps the folder of the process's first GL context,
+    and a test's private $XDG_CACHE_HOME (`private_settings`) is deleted as the test passes."""
+    os.environ.setdefault("MESA_SHADER_CACHE_DIR", str(tmp_path_factory.mktemp("mesa_shader_cache")))
+
+
 @pytest.fixture(scope="session")
 def synthetic_repository(tmp_path_factory):
     """A model repository holding the synthetic model under the tiny model's names."""
