@@ -19,7 +19,7 @@ from triton_sam.video import VolumePredictor
 
 VIT_T = get_model("vit_t_lm")
 VIDEO_MODEL = "sam2.1_hiera_tiny"
-PLANES = 4
+PLANES = 3  # the next server tracks plane 2, attending to planes 0 and 1 it encodes again
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,13 @@
-"""`VolumePredictor` against the official `SAM2VideoPredictor`, same random-init weights (SAM2.1 tiny),
-locally and through a real Triton server: the same prompts on the same stack must give the same
-masks on every plane, forwards and backwards, and the same object scores. Also what it does with
-bad input.
+"""`VolumePredictor` against the official `SAM2VideoPredictor`, same random-init weights (SAM2.1 tiny):
+the same prompts on the same stack must give the same masks on every plane, forwards and
+backwards, and the same object scores. Also what it does with bad input, how it reads planes, and
+how it sends them to a real Triton server that encodes several at a time.
 
 A scenario (prompts, then propagations) runs once with the official predictor per test module,
-then with ours locally; the one with a mask prompt and a correction also through Triton. The
-official predictor reads frames from JPEG files; both are given the same planes instead
-(`bench.fixtures.official_volume_state`). Where sam2's CUDA extension is missing (here), the
-official predictor skips its hole filling, so ours is compared with it off too.
+then with ours locally (see `ours` for the server's side). The official predictor reads frames
+from JPEG files; both are given the same planes instead (`bench.fixtures.official_volume_state`).
+Where sam2's CUDA extension is missing (here), the official predictor skips its hole filling, so
+ours is compared with it off too.
 """
 
 from __future__ import annotations
@@ -144,29 +144,22 @@ def official_records():
     return records
 
 
-# Through Triton, the server runs the same graphs (`VideoGraphs`) on the memories its handles name,
-# in the order sent, whatever their number: the mask-prompt scenario makes it do each of its three
-# volume requests (track with memories and pointers, remember, take a mask as the object's) and
-# replace a tracked plane's memory by a correction's. The other scenario's long windows are the
-# client's choice, made by the same code for either backend.
-RUNS = [(name, "local") for name in SCENARIOS] + [(name, "triton") for name in SCENARIOS if name.startswith("a box")]
-
-
+# Locally: the server runs the same graphs (`VideoGraphs`) on the memories its handles name, which
+# tests/server/test_python_model.py checks request by request against `LocalVideo` (remember, track
+# with memories and pointers, take a mask as the object's); the windows, pointers and corrections
+# are the client's, the same code for either backend; and Triton's path end to end is
+# test_backends.py's and the batched test below (a third official comparison cost ~95 s of CI).
 @pytest.fixture
-def ours(request, exported_repository):
+def ours(exported_repository):
     require_export_extra()
     fill = None if official_fills_holes() else 0
-    if request.param == "local":
-        options = dict(model_repository=exported_repository(MODEL))
-    else:
-        options = dict(backend="triton", url=request.getfixturevalue("models_server").grpc_url)
-    with VolumePredictor(MODEL, fill_hole_area=fill, **options) as predictor:
+    with VolumePredictor(MODEL, fill_hole_area=fill, model_repository=exported_repository(MODEL)) as predictor:
         yield predictor
     release_memory()  # its ORT sessions' buffers and the planes' features
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize(("name", "ours"), RUNS, indirect=["ours"])
+@pytest.mark.parametrize("name", SCENARIOS)
 def test_every_plane_gets_the_official_masks_and_object_scores(name, ours, official_records):
     planes, seed, steps = SCENARIOS[name]
     state = ours.init_state(bench_volume(planes, SHAPE, seed))
