@@ -36,7 +36,6 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         assert ideal["delivered"] == ideal["requests_sent"] >= 1 and ideal["latency_ms"]["p50"] > 0
         assert r["gui"][backend]["hover"]["previews_on_screen"] >= 1, r["gui"]
     assert r["hover"]["triton"]["ours"]["server_executed"] >= 1
-    assert r["large"]["numpy_local"]["memory"]["client_peak_mib"] > 0  # each plane in a process of its own
     large = r["large"]["multiscale_local"]  # a tiled plane: the tiles in view encoded, then previews
     assert 0 < large["start"]["first_preview_s"] and 0 < large["start"]["view_encoded_s"] and large["tiles"]["encoded"] >= 1
     assert large["hover"]["previews_on_screen"] >= 1 and large["memory"]["client_peak_mib"] > 0
