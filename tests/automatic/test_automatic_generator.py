@@ -98,7 +98,7 @@ def official_records():
 # Through Triton the RGB scenario only: what a server computes for the generator (encodes, batched
 # point decodes, decodes with mask prompts, the client's resizing of their logits) is the same for
 # a crop as for a whole image, crops are cut and prompted by the same client code for either engine,
-# and one-channel planes through Triton are tests/video/test_volume_predictor.py's.
+# and one-channel planes through Triton are tests/engines/test_triton.py's (as the local engine's).
 RUNS = [(name, "local") for name in SCENARIOS] + [("SAM2.1, RGB, mask-to-mask refinement", "triton")]
 
 

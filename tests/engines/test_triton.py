@@ -257,27 +257,28 @@ def test_each_served_model_through_triton_matches_the_local_engine(model_id, mod
     finally:
         client.close()
     rng = np.random.default_rng(0)
-    image = rng.integers(0, 255, (480, 640, 3), np.uint8)
+    rgb, grey = rng.integers(0, 255, (480, 640, 3), np.uint8), rng.integers(0, 255, (480, 640), np.uint8)  # grey: 1 channel sent
     repository = exported_repository(model_id)
+    prompt_sets = [
+        _one_point(320, 240),
+        {"point_coords": np.array([[100, 100], [400, 300]]), "point_labels": np.array([1, 0])},
+        {"box": np.array([50, 60, 500, 400])},
+        {"box": np.array([[10, 10, 200, 200], [300, 200, 600, 450]])},
+    ]
     with (
         Predictor(model_id, backend="triton", url=models_server.grpc_url) as remote,
         Predictor(model_id, model_repository=repository) as local,
     ):
-        remote.set_image(image)
-        local.set_image(image)
-        prompt_sets = [
-            _one_point(320, 240),
-            {"point_coords": np.array([[100, 100], [400, 300]]), "point_labels": np.array([1, 0])},
-            {"box": np.array([50, 60, 500, 400])},
-            {"box": np.array([[10, 10, 200, 200], [300, 200, 600, 450]])},
-        ]
-        for prompts in prompt_sets:
-            ours, scores, low = remote.predict(**prompts)
-            theirs, ref_scores, ref_low = local.predict(**prompts)
-            iou = (ours & theirs).sum(axis=(-2, -1)) / np.maximum((ours | theirs).sum(axis=(-2, -1)), 1)
-            assert iou.min() >= 0.999
-            np.testing.assert_allclose(scores, ref_scores, atol=1e-4)
-            np.testing.assert_allclose(low, ref_low, atol=1e-3)
+        for image in (rgb, grey):
+            remote.set_image(image)
+            local.set_image(image)
+            for prompts in prompt_sets:
+                ours, scores, low = remote.predict(**prompts)
+                theirs, ref_scores, ref_low = local.predict(**prompts)
+                iou = (ours & theirs).sum(axis=(-2, -1)) / np.maximum((ours | theirs).sum(axis=(-2, -1)), 1)
+                assert iou.min() >= 0.999
+                np.testing.assert_allclose(scores, ref_scores, atol=1e-4)
+                np.testing.assert_allclose(low, ref_low, atol=1e-3)
 
 
 @pytest.mark.parametrize("model_id", SERVED_MODELS)
