@@ -40,19 +40,20 @@ def instances(layer) -> int:
 
 
 def start_sam3(qtbot, viewer, repository=None, data: np.ndarray | None = None, url: str | None = None):
-    """The panel started with sam3_tracker of `repository` (or of the Triton server at `url`) on
-    `data` (a blob image by default); its Find section open."""
+    """The panel started with sam3_tracker of `repository` (Local), of the Triton server at `url`
+    (Triton) or both (Auto) on `data` (a blob image by default); its Find section open."""
     image = viewer.add_image(blob_image(SIZE, BLOBS) if data is None else data)
     viewer.reset_view()
     _, widget = viewer.window.add_plugin_dock_widget("triton-sam", "Segment Anything")
-    fields = {"repository": repository} if url is None else {"url": url}
-    widget.form.backend_box.setCurrentText("Local" if url is None else "Triton")
+    fields = {name: value for name, value in (("repository", repository), ("url", url)) if value is not None}
+    backend = "Auto" if len(fields) == 2 else "Local" if url is None else "Triton"
+    widget.form.backend_box.setCurrentText(backend)
     for name, value in fields.items():
         getattr(widget.form, f"{name}_field").setText(str(value))
     widget.form.find_models_button.click()
     qtbot.waitUntil(lambda: widget.form.model_box.findText("sam3_tracker") >= 0, timeout=10000)
     widget.form.model_box.setCurrentText("sam3_tracker")
-    widget = start(qtbot, viewer, "Local" if url is None else "Triton", **fields)
+    widget = start(qtbot, viewer, backend, **fields)
     open_section(widget, "find")
     return image, widget
 
@@ -141,6 +142,34 @@ def test_find_through_a_triton_server_finds_previews_refilters_and_commits_as_lo
         widget.close_session()
     finally:
         server.stop()
+
+
+def test_with_auto_find_goes_on_locally_once_the_server_is_gone_and_the_panel_says_so(qtbot, viewer, concepts_repository):
+    """Found through the server, committed; the server stopped, Find again finds on the local engine
+    (the plane encoded from the kept input), the engine label says so, the commit keeps the first."""
+    server = start_server(concepts_repository)
+    try:
+        image, widget = start_sam3(qtbot, viewer, concepts_repository, url=server.grpc_url)
+        engine_label = widget.form.status.engine_label
+        type_phrase(widget, "blob")
+        qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=20000)
+        qtbot.waitUntil(lambda: instances(viewer.layers[layers.FOUND_NAME]) == 5, timeout=20000)
+        assert engine_label.text().startswith("Engine: Triton at")
+        key(viewer, "commit")
+        objects = viewer.layers[layers.objects_name(image)]
+        qtbot.waitUntil(lambda: len(np.unique(objects.data)) == 6, timeout=20000)
+        committed = objects.data.copy()
+    finally:
+        server.stop()
+    slide(widget, "PageDown", 9)  # 0.05: the dim blobs too, found anew
+    type_phrase(widget, "blob")
+    qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=30000)
+    qtbot.waitUntil(lambda: instances(viewer.layers[layers.FOUND_NAME]) == 7, timeout=30000)
+    assert "Triton not used" in engine_label.text() and widget.session.engine.fallback_reason is not None
+    key(viewer, "commit")  # the two dim blobs: the five committed before are never painted over
+    qtbot.waitUntil(lambda: len(np.unique(objects.data)) == 8, timeout=20000)
+    assert np.array_equal(objects.data[committed > 0], committed[committed > 0])
+    widget.close_session()
 
 
 def test_find_on_all_planes_fills_a_stack_layer_with_each_plane_s_instances_and_stops_when_pressed_again(

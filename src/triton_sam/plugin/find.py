@@ -283,9 +283,11 @@ class ConceptFinder:
         worker.start()
 
     def _show(self, found: Found) -> None:
-        """Show `found` in the found layer if it is the last run's and its plane is still on screen."""
+        """Show `found` in the found layer if it is the last run's and its plane is still on screen;
+        the engine label follows the engine (Auto may have found on its local engine)."""
         if found.run != self._runs or not self.active or found.plane != self.encoding.index:
             return
+        self.form.status.show_engine(self.encoding.session.engine.describe())
         image = self.encoding.image
         self.layer = layers.found_layer(self.viewer, image, found.labels.shape)
         self.layer.data = found.labels
