@@ -53,10 +53,7 @@ class LocalConcepts:
         feeds.update({contract.TEXT_FEATURES: self.text_features(tokens), contract.TEXT_PADDING: tokens == 0})
         feeds[contract.EXEMPLAR_BOXES] = np.asarray(boxes, np.float32).reshape(1, -1, 4)
         feeds[contract.EXEMPLAR_LABELS] = np.asarray(labels, np.int64).reshape(1, -1)
-        outputs = dict(zip(contract.DETECTOR_OUTPUTS, self._detector.run(list(contract.DETECTOR_OUTPUTS), feeds)))
-        detected = (
-            outputs[name] for name in (contract.QUERY_BOXES, contract.QUERY_LOGITS, contract.QUERY_MASKS, contract.PRESENCE_LOGIT)
-        )
+        detected = self._detector.run(list(contract.DETECTOR_OUTPUTS), feeds)
         return dict(zip(contract.CONCEPT_OUTPUTS, concept_answer(*detected, floor)))
 
     def vocabulary(self) -> bytes:

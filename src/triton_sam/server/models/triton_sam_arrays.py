@@ -127,7 +127,7 @@ def cropped_queries(masks: np.ndarray, keep: np.ndarray) -> tuple:
 
 def concept_answer(boxes: np.ndarray, logits: np.ndarray, masks: np.ndarray, presence: np.ndarray, floor: float) -> tuple:
     """A concept request's answer (the contract's CONCEPT_OUTPUTS, in order) from the detector's
-    outputs: every query's box and logit and the presence logit as they are, and the mask logits
+    outputs (its DETECTOR_OUTPUTS, in order): every query's box and logit and the presence logit as they are, and the mask logits
     ([1, Q, S, S]) of the queries scoring above `floor`, cropped (`cropped_queries`)."""
     queries, crop_boxes, crops = cropped_queries(masks[0], concept_scores(logits, presence) > floor)
     return boxes, logits, presence, queries[None], crop_boxes[None], crops[None]

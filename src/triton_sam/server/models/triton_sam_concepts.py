@@ -71,14 +71,7 @@ class ConceptRequests:
             contract.EXEMPLAR_BOXES: boxes,
             contract.EXEMPLAR_LABELS: labels,
         }
-        outputs = dict(
-            zip(
-                contract.DETECTOR_OUTPUTS, device.cache.run_decoder(detector, list(contract.DETECTOR_OUTPUTS), [row], feeds, None)
-            )
-        )
-        detected = (
-            outputs[name] for name in (contract.QUERY_BOXES, contract.QUERY_LOGITS, contract.QUERY_MASKS, contract.PRESENCE_LOGIT)
-        )
+        detected = device.cache.run_decoder(detector, list(contract.DETECTOR_OUTPUTS), [row], feeds, None)
         arrays = concept_answer(*detected, floor)
         return response(list(contract.CONCEPT_OUTPUTS), [np.ascontiguousarray(a) for a in arrays])
 
