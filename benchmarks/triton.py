@@ -1,11 +1,12 @@
 """`python -m benchmarks triton`: the Triton path next to the local engine, in one run.
 
 A local Triton server (`triton-sam serve`'s code) serves a random-init export. Reported: encode,
-hover-decode and refinement latency through Triton on loopback and with the local engine (calls
-alternate), bytes on the wire per call (a counting proxy), decode throughput with 1, 4 and 16 concurrent clients,
-with the session model's dynamic batching and with it switched off, a large plane's tiles encoded
-together (the server's `encode_batch`) and one by one, and how long a 4096-px encode request keeps
-Python's lock while it goes out (ours next to tritonclient's `infer`).
+hover-decode and refinement latency through Triton on loopback (the server as `triton-sam serve` runs
+it, batching off) and with the local engine (calls alternate), bytes on the wire per call (a counting
+proxy), the hover decodes' time inside the server by stage (Triton's statistics), decode throughput
+with 1, 4 and 16 concurrent clients, with the session model's dynamic batching and with it switched
+off, a large plane's tiles encoded together (the server's `encode_batch`) and one by one, and how long
+a 4096-px encode request keeps Python's lock while it goes out (ours next to tritonclient's `infer`).
 """
 
 from __future__ import annotations
@@ -91,12 +92,39 @@ def server_batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
     return {b["batch_size"]: int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
 
 
-def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpec, inputs, decodes: int) -> dict:
-    """Encode, hover-decode and refinement latency of both engines, alternating, and the bytes Triton moved."""
+SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def server_stage_ns(url: str, spec: ModelSpec) -> dict[str, int]:
+    """The session model's requests so far and Triton's cumulative nanoseconds in each stage of them
+    (`success` is a request's whole time in the server)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        (stats,) = client.get_inference_statistics(spec.session_name, as_json=True)["model_stats"]
+    finally:
+        client.close()
+    inference = stats["inference_stats"]
+    times = {stage: int(inference.get(stage, {}).get("ns", 0)) for stage in ("success", *SERVER_STAGES)}
+    return {"requests": int(inference.get("success", {}).get("count", 0)), **times}
+
+
+def server_split(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """Mean milliseconds a request spent in the server and in each of its stages between two
+    `server_stage_ns` readings: what the client's round trip adds is the rest."""
+    requests = max(1, after["requests"] - before["requests"])
+    return {stage: (after[stage] - before[stage]) / requests / 1e6 for stage in ("success", *SERVER_STAGES)}
+
+
+def _latency(local: Engine, remote: Engine, proxy: CountingProxy, url: str, spec: ModelSpec, inputs, decodes: int) -> dict:
+    """Encode, hover-decode and refinement latency of both engines, alternating, the bytes Triton
+    moved, and the encodes' and hover decodes' time inside the server (Triton's statistics at `url`)."""
     calls = ("encode", "decode", "refine")
     times: dict[str, list[float]] = {f"{engine}_{call}": [] for call in calls for engine in ("local", "triton")}
     wire: dict[str, list[int]] = {f"{call}_{way}": [] for call in calls for way in ("up", "down")}
     features: dict[str, ImageFeatures] = {}
+    server_before = server_stage_ns(url, spec)
     for image in inputs:
         seconds, features["local"] = timed_call(local.encode, image)
         times["local_encode"].append(seconds)
@@ -106,6 +134,8 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
         after = proxy.counts()
         wire["encode_up"].append(after[0] - up)
         wire["encode_down"].append(after[1] - down)
+    server_encode = server_split(server_before, server_stage_ns(url, spec))
+    server_before = server_stage_ns(url, spec)
     for i in range(decodes):
         request = _hover_request(spec, i)
         times["local_decode"].append(timed(local.decode, features["local"], request, False))
@@ -114,6 +144,7 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
         after = proxy.counts()
         wire["decode_up"].append(after[0] - up)
         wire["decode_down"].append(after[1] - down)
+    server_decode = server_split(server_before, server_stage_ns(url, spec))
     for i in range(max(1, decodes // 3)):
         times["local_refine"].append(timed(local.decode, features["local"], _refinement(local, features["local"], spec, i)))
         request = _refinement(remote, features["triton"], spec, i)
@@ -124,6 +155,7 @@ def _latency(local: Engine, remote: Engine, proxy: CountingProxy, spec: ModelSpe
         wire["refine_down"].append(after[1] - down)
     stats = {key: summarize(values) for key, values in times.items()}
     stats["bytes_per_call"] = {key: int(np.median(values)) for key, values in wire.items()}
+    stats["server_encode_ms"], stats["server_decode_ms"] = server_encode, server_decode
     return stats
 
 
@@ -216,24 +248,24 @@ def run(
     local = create_engine(spec, "local", repository)
     result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
 
-    with loopback_server(repository, model_id, session_batching=True) as batching:
-        proxy = CountingProxy(batching.grpc_url)
+    with loopback_server(repository, model_id, session_batching=False) as plain:  # as `triton-sam serve` runs
+        proxy = CountingProxy(plain.grpc_url)
         remote = TritonEngine(spec, TritonConnection(proxy.url))
         if warm_up:  # and connection set-up
             remote.decode(remote.encode(inputs[-1]), _hover_request(spec), False)
             local.decode(local.encode(inputs[-1]), _hover_request(spec), False)
-        result.update(_latency(local, remote, proxy, spec, inputs[:encodes], decodes))
+        result.update(_latency(local, remote, proxy, plain.grpc_url, spec, inputs[:encodes], decodes))
         remote.close()
         proxy.close()
         result["decode_ratio"] = result["triton_decode"]["median_ms"] / result["local_decode"]["median_ms"]
+        result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
+        result["lock_held"] = _lock_held(plain.grpc_url, spec, lock_calls)
+        tiles_alone = _tile_encodes(plain.grpc_url, spec, tiles, warm_up)
+    local.close()
+    with loopback_server(repository, model_id, session_batching=True) as batching:
         result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
         result["executions_by_batch_size"] = server_batch_sizes(batching.grpc_url, spec)
-        result["lock_held"] = _lock_held(batching.grpc_url, spec, lock_calls)
         tiles_batched = _tile_encodes(batching.grpc_url, spec, tiles, warm_up)
-    local.close()
-    with loopback_server(repository, model_id, session_batching=False) as plain:
-        result["throughput_no_batching"] = [_throughput(plain.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
-        tiles_alone = _tile_encodes(plain.grpc_url, spec, tiles, warm_up)
     ratio = tiles_batched["per_tile_ms"] / tiles_alone["per_tile_ms"]
     result["tile_encodes"] = {"batched": tiles_batched, "one_by_one": tiles_alone, "ratio": ratio}
     return result

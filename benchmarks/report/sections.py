@@ -62,6 +62,14 @@ def _triton(r: dict) -> str:
             ]
         )
     text = markdown_table(["median ms", "local engine", "through Triton (loopback)", "bytes per call"], rows)
+    for call in ("encode", "decode"):  # runs before 2026-12-04 did not read the server's statistics
+        inside = r.get(f"server_{call}_ms")
+        if inside:
+            stages = ", ".join(f"{stage.replace('_', ' ')} {ms(inside[stage])}" for stage in inside if stage != "success")
+            text += (
+                f"\nA{'n encode' if call == 'encode' else ' hover decode'} inside the server (Triton's statistics, mean): "
+                f"{ms(inside['success'])} ms ({stages}); the rest of the round trip is the client, gRPC and the counting proxy.\n"
+            )
     throughput = [
         [mode.replace("throughput_", "").replace("_", " ")] + [f"{row['decodes_per_s']:.1f}" for row in r[mode]]
         for mode in ("throughput_dynamic_batching", "throughput_no_batching")
