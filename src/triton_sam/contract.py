@@ -231,9 +231,10 @@ DEVICE_DECODED_METRIC = "triton_sam_session_device_decoded_rows_total"
 # cuDNN plan and rebuild it whenever the shape changes; its default search ("EXHAUSTIVE", cuDNN
 # heuristics mode B) makes each rebuild costly, and the decoder's 5 convs see a new batch size on
 # nearly every run of a server batching decodes (3, 1, 3, 1, ...). "HEURISTIC" is mode A, the
-# cheap query (issue #38; unverified on a GPU: `benchmarks.gpu_decoder_probe`'s "session_batch").
+# cheap query: on an H200 it took most of that cost away without slowing the encoder
+# (`benchmarks.gpu_decoder_probe`'s "session_batch"; BENCHMARKS.md, GPU).
 CUDA_PROVIDER_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
-CUDA_GRAPHS_ENV = "TRITON_SAM_CUDA_GRAPHS"  # 1: the local engine replays one-prompt-set decodes as CUDA graphs (#38)
+CUDA_GRAPHS_ENV = "TRITON_SAM_CUDA_GRAPHS"  # 0: the local engine on CUDA decodes without CUDA graphs (#38)
 DEVICES_ENV = "TRITON_SAM_DEVICES"  # devices the session model drives: at most this many GPUs, or CPU stand-ins
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from triton_sam.engines.graph_decoder import MAX_POINTS, GraphDecoder
-from triton_sam.engines.local import LocalEngine
+from triton_sam.engines.local import LocalEngine, graph_decodes_by_default
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.repository import locate
@@ -96,3 +96,12 @@ def test_a_replay_giving_nan_turns_the_graphs_off(synthetic_repository, monkeypa
         replaying.decode(features, request_).scores, usual.decode(usual.encode(_image(0)), request_).scores, atol=1e-5
     )
     assert replaying.graph_decoder is None
+
+
+def test_the_graphs_are_the_default_on_cuda_only_and_the_variable_turns_them_off(monkeypatch):
+    monkeypatch.delenv("TRITON_SAM_CUDA_GRAPHS", raising=False)
+    assert graph_decodes_by_default(on_cuda=True) and not graph_decodes_by_default(on_cuda=False)
+    monkeypatch.setenv("TRITON_SAM_CUDA_GRAPHS", "0")
+    assert not graph_decodes_by_default(on_cuda=True)
+    monkeypatch.setenv("TRITON_SAM_CUDA_GRAPHS", "1")
+    assert graph_decodes_by_default(on_cuda=True) and not graph_decodes_by_default(on_cuda=False)

@@ -1,8 +1,8 @@
-"""One-prompt-set decodes replayed as CUDA graphs on a GPU (#38; opt-in until measured there).
+"""One-prompt-set decodes replayed as CUDA graphs on a GPU (#38; the local engine's default on CUDA).
 
 A decode of one prompt set launches hundreds of small kernels. ONNX Runtime can capture them once
-and replay them as one CUDA graph: on an H200, SAM2.1 tiny's decoder took 1.3 ms replayed against
-3.7 ms run as usual, logits within 3e-4 (`python -m benchmarks.gpu_decoder_probe`). A graph replays
+and replay them as one CUDA graph, several times faster on an H200 with the same logits
+(`python -m benchmarks.gpu_decoder_probe`; BENCHMARKS.md, GPU). A graph replays
 fixed addresses, so everything it reads and writes lives in buffers of its own: the current image's
 features and the prompts (copied in by a small ONNX Runtime graph, on its stream, so a copy is done
 before the replay reads it) and every output (copied out). Each point count up to `MAX_POINTS` gets

@@ -47,8 +47,8 @@ class LocalEngine(Engine):
     features also hold SAM3's concept detector maps (`contract.DETECTOR_MAPS`, 111 MB an image in
     float32, from the same encoder run): only for `concepts.ConceptProcessor`; the decoder ignores them.
     `graph_decodes` replays one-prompt-set decodes as CUDA graphs (`graph_decoder`; by default on
-    CUDA where `$TRITON_SAM_CUDA_GRAPHS` is 1, until measured on a GPU; True on a CPU runs the same
-    fixed-buffer path without capture, for tests).
+    CUDA unless `$TRITON_SAM_CUDA_GRAPHS` is 0; True on a CPU runs the same fixed-buffer path
+    without capture, for tests).
     """
 
     def __init__(
@@ -72,7 +72,7 @@ class LocalEngine(Engine):
         self._on_cpu = on_cpu(self.providers)
         on_cuda = self.providers[0] == CUDA and self._device == "cuda"
         if graph_decodes is None:
-            graph_decodes = on_cuda and os.environ.get(contract.CUDA_GRAPHS_ENV) == "1"
+            graph_decodes = graph_decodes_by_default(on_cuda)
         self.graph_decoder = GraphDecoder(exported.decoder, self.spec, capture=on_cuda) if graph_decodes else None
         self._replays_checked: set[int] = set()  # point counts whose first replay matched the usual run
         self.detector_maps = self._detector_maps() if detector_maps else ()
@@ -270,6 +270,12 @@ class LocalEngine(Engine):
             binding.bind_output(name, "cpu")
         self._decoder.run_with_iobinding(binding, run_options)
         return binding.copy_outputs_to_cpu()
+
+
+def graph_decodes_by_default(on_cuda: bool) -> bool:
+    """Whether an engine whose features live on CUDA replays its decodes as CUDA graphs when not
+    told: yes, unless `$TRITON_SAM_CUDA_GRAPHS` is 0 (#38; measured faster on an H200: BENCHMARKS.md, GPU)."""
+    return on_cuda and os.environ.get(contract.CUDA_GRAPHS_ENV, "1") != "0"
 
 
 def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndarray]:
