@@ -105,3 +105,23 @@ def test_the_graphs_are_the_default_on_cuda_only_and_the_variable_turns_them_off
     assert not graph_decodes_by_default(on_cuda=True)
     monkeypatch.setenv("TRITON_SAM_CUDA_GRAPHS", "1")
     assert graph_decodes_by_default(on_cuda=True) and not graph_decodes_by_default(on_cuda=False)
+
+
+def test_graphs_that_cannot_be_made_by_default_leave_the_engine_on_its_usual_decodes(synthetic_repository, monkeypatch, caplog):
+    """On a GPU the graphs are made when the engine is; a failure there (here forced on the CPU
+    path) must not keep the engine from starting, and the same failure asked for is raised."""
+    from triton_sam.engines import local
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("capture failed")
+
+    monkeypatch.setattr(local, "GraphDecoder", broken)
+    monkeypatch.setattr(local, "graph_decodes_by_default", lambda on_cuda: True)
+    exported = locate(TINY, synthetic_repository)
+    with caplog.at_level(logging.WARNING, logger=local.__name__):
+        engine = LocalEngine(exported)
+    assert engine.graph_decoder is None and "could not be made (capture failed)" in caplog.text
+    request_ = model_request(TINY, SIZE, **_prompts(1, 0), best_of_multimask=True)
+    assert engine.decode(engine.encode(_image(0)), request_, multimask_output=True).low_res_logits.shape[0] == 1
+    with pytest.raises(RuntimeError, match="capture failed"):
+        LocalEngine(exported, graph_decodes=True)

@@ -71,12 +71,24 @@ class LocalEngine(Engine):
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
         self._on_cpu = on_cpu(self.providers)
         on_cuda = self.providers[0] == CUDA and self._device == "cuda"
-        if graph_decodes is None:
-            graph_decodes = graph_decodes_by_default(on_cuda)
-        self.graph_decoder = GraphDecoder(exported.decoder, self.spec, capture=on_cuda) if graph_decodes else None
+        self.graph_decoder = self._graph_decoder(on_cuda, graph_decodes)
         self._replays_checked: set[int] = set()  # point counts whose first replay matched the usual run
         self.detector_maps = self._detector_maps() if detector_maps else ()
         self._outputs = [*self.spec.feature_shapes, *self.detector_maps]
+
+    def _graph_decoder(self, on_cuda: bool, asked: bool | None) -> GraphDecoder | None:
+        """The CUDA-graph decoder where `asked` (None: `graph_decodes_by_default`). One that cannot
+        be made by default leaves the engine on its usual decodes, with a log line: the graphs only
+        make decodes faster, so they must never keep the engine from starting."""
+        if not (graph_decodes_by_default(on_cuda) if asked is None else asked):
+            return None
+        try:
+            return GraphDecoder(self.exported.decoder, self.spec, capture=on_cuda)
+        except Exception as error:  # ONNX Runtime's errors have no common type (a failed capture, memory)
+            if asked:
+                raise
+            log.warning("CUDA-graph decodes off for %s: they could not be made (%s)", self.spec.model_id, error)
+            return None
 
     def _detector_maps(self) -> tuple[str, ...]:
         """The encoder's detector map outputs; raises where the export has none (not SAM3, or older)."""
