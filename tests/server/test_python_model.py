@@ -240,6 +240,26 @@ def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_r
         np.testing.assert_array_equal(ours.outputs[name], array)
 
 
+def test_decodes_run_in_a_session_of_their_batch_size_rows_padded_up_to_it(python_model, synthetic_repository):
+    """Where features live in buffers (a GPU), a decoder run of a few prompt sets goes to a session
+    with the batch fixed at the next of `FIXED_BATCHES` (cuDNN keeps one plan per input shape), the
+    rows padded: each row's answer is the dynamic session's. Beyond the largest, the dynamic one runs."""
+    plain = _session_model(python_model, synthetic_repository, "off")
+    buffered = _session_model(python_model, synthetic_repository, "on")
+    handles = [_encode(plain, image) for image in _images()]
+    assert [_encode(buffered, image) for image in _images()] == handles
+    for count, sizes in ((1, {1}), (3, {1, 4}), (5, {1, 4, 8}), (65, {1, 4, 8})):
+        rows = [handles[row % len(handles)] for row in range(count)]
+        points = [[[40.0 + 9 * row, 30.0 + 5 * row]] for row in range(count)]
+        expected, ours = _decode(plain, rows, points), _decode(buffered, rows, points)
+        assert ours.error is None, ours.error
+        for name, array in expected.outputs.items():
+            assert ours.outputs[name].shape == array.shape and array.shape[0] == count
+            np.testing.assert_allclose(ours.outputs[name], array, atol=1e-5, err_msg=f"{count} rows, {name}")
+        assert set(buffered.devices[0].fixed_decoders) == sizes
+    assert plain.devices[0].fixed_decoders == {}
+
+
 class _CountedRuns:
     """An ONNX Runtime session that counts its runs."""
 

@@ -187,8 +187,9 @@ class SessionModel:
     """Encode (image -> handle, features cached here) or decode (handle + prompts -> masks).
 
     On a GPU, decodes that arrive together (dynamic batching) with the same number of points run
-    as one decoder call per device. On a CPU each runs alone: there a batch costs as much compute as
-    its rows and copies every row's features (BENCHMARKS.md, annotators: batching is slower there).
+    as one decoder call per device, in a session of that batch size (`triton_sam_devices.FIXED_BATCHES`).
+    On a CPU each runs alone: there a batch costs as much compute as its rows and copies every row's
+    features (BENCHMARKS.md, annotators: batching is slower there).
     """
 
     def __init__(
@@ -407,7 +408,7 @@ class SessionModel:
         }
         try:
             return run_cancellable(
-                lambda options: device.cache.run_decoder(device.decoder, wanted, rows, prompts, options),
+                lambda options: device.run_decoder(wanted, rows, prompts, options),
                 [part.decode.request for part in parts],
             )
         except Cancelled as error:

@@ -29,11 +29,19 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 import triton_sam_contract as contract
 from triton_sam_concepts import has_concept_graphs
 from triton_sam_features import BufferFeatureStore, FeatureStore
 from triton_sam_requests import cuda_devices, ort_session
+
+# Decoder runs of up to this many prompt sets go to a decoder session with the batch fixed at the
+# next of these sizes, the rows padded up to it (where features live in buffers: on a GPU). With
+# cuDNN 9, ONNX Runtime's convolutions keep one plan per session for the last input shape and make
+# a new one whenever the batch changes, as it does from run to run under dynamic batching; a
+# session per size never changes shape (`benchmarks.gpu_decoder_probe`'s "session_batch", #38).
+FIXED_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
 class Device:
@@ -43,9 +51,27 @@ class Device:
     def __init__(self, index: int, repository: Path, params: dict, model_dir: Path) -> None:
         self.index = index
         self.encoder = ort_session(repository / params[contract.ENCODER_MODEL_PARAMETER] / "1" / "model.onnx", index)
-        self.decoder = ort_session(repository / params[contract.DECODER_MODEL_PARAMETER] / "1" / "model.onnx", index)
+        self.decoder_path = repository / params[contract.DECODER_MODEL_PARAMETER] / "1" / "model.onnx"
+        self.decoder = ort_session(self.decoder_path, index)
         self.on_gpu = "CUDAExecutionProvider" in self.decoder.get_providers()
         self.cache = _feature_store(self, params, model_dir)
+        coords = next(i for i in self.decoder.get_inputs() if i.name == contract.POINT_COORDS)
+        self.batch_dimension = coords.shape[0] if isinstance(self.cache, BufferFeatureStore) else None
+        self.fixed_decoders: dict = {}  # batch size -> the decoder session with that batch fixed
+
+    def run_decoder(self, wanted: list, rows: list, prompts: dict, options) -> list:
+        """The decoder's `wanted` outputs for `rows` (entries of `cache`, one per prompt set) and their
+        `prompts`: in a session of a fixed batch (`FIXED_BATCHES`), rows padded, where there is one."""
+        count = len(rows)
+        batch = next((size for size in FIXED_BATCHES if size >= count), None)
+        if not isinstance(self.batch_dimension, str) or batch is None:  # a batch fixed in the file, or large
+            return self.cache.run_decoder(self.decoder, wanted, rows, prompts, options)
+        if batch not in self.fixed_decoders:
+            self.fixed_decoders[batch] = ort_session(self.decoder_path, self.index, {self.batch_dimension: batch})
+        rows = rows + rows[-1:] * (batch - count)  # the last row again: its answers are dropped
+        prompts = {name: np.concatenate([array, np.repeat(array[-1:], batch - count, 0)]) for name, array in prompts.items()}
+        outputs = self.cache.run_decoder(self.fixed_decoders[batch], wanted, rows, prompts, options)
+        return [output[:count] for output in outputs]
 
 
 def session_devices(repository: Path, params: dict, model_dir: Path) -> list:

@@ -44,7 +44,7 @@ def cuda_devices() -> int:
         return 0
 
 
-def ort_session(path: Path, device_id: int = 0) -> "ort.InferenceSession":
+def ort_session(path: Path, device_id: int = 0, fixed: dict | None = None) -> "ort.InferenceSession":
     """An ONNX Runtime session on GPU `device_id` when there is a GPU (asking for CUDA without one
     only logs errors), with `contract.CUDA_PROVIDER_OPTIONS`. ONNX Runtime falls back to the CPU
     when it cannot load its CUDA libraries (CUDA and cuDNN of its build: pip's nvidia-* packages, or
@@ -52,7 +52,8 @@ def ort_session(path: Path, device_id: int = 0) -> "ort.InferenceSession":
 
     On the CPU, without ONNX Runtime's arena and memory patterns: an arena keeps its largest run's
     intermediates for good (ViT-B's global attention, gigabytes per encoded image, in the encoder
-    model and again in the session model), so each run's are freed when it ends."""
+    model and again in the session model), so each run's are freed when it ends. `fixed`: symbolic
+    dimensions (name -> size) fixed in this session."""
     providers: list = ["CPUExecutionProvider"]
     if cuda_devices() > 0:
         if hasattr(ort, "preload_dlls"):
@@ -62,6 +63,8 @@ def ort_session(path: Path, device_id: int = 0) -> "ort.InferenceSession":
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if providers == ["CPUExecutionProvider"]:
         options.enable_cpu_mem_arena = options.enable_mem_pattern = False
+    for name, size in (fixed or {}).items():
+        options.add_free_dimension_override_by_name(name, size)
     session = ort.InferenceSession(str(path), options, providers=providers)
     if len(providers) > 1 and "CUDAExecutionProvider" not in session.get_providers():
         pb_utils.Logger.log_warn(
