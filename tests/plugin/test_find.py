@@ -87,6 +87,7 @@ def test_find_a_phrase_refilter_add_an_exemplar_commit_all_and_undo(qtbot, viewe
     found = viewer.layers[layers.FOUND_NAME]
     qtbot.waitUntil(lambda: instances(found) == 5, timeout=10000)
     assert found.data[tuple(int(v) for v in cell_centre(4, 4)[::-1])] == 0  # dim: below 0.5
+    assert "(1 labelled already: a commit leaves them out)" in widget.form.status.label.text()  # the tracker's
     encodes, runs = widget.session.cache.misses, widget.finder.detector_runs
     assert runs == 1 and encodes == 1  # one encode served the click and Find
 
@@ -154,7 +155,7 @@ def test_with_auto_find_goes_on_locally_once_the_server_is_gone_and_the_panel_sa
         type_phrase(widget, "blob")
         qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=20000)
         qtbot.waitUntil(lambda: instances(viewer.layers[layers.FOUND_NAME]) == 5, timeout=20000)
-        assert engine_label.text().startswith("Engine: Triton at")
+        assert engine_label.text().startswith("Engine: Triton at") and "labelled already" not in widget.form.status.label.text()
         key(viewer, "commit")
         objects = viewer.layers[layers.objects_name(image)]
         qtbot.waitUntil(lambda: len(np.unique(objects.data)) == 6, timeout=20000)
@@ -166,6 +167,7 @@ def test_with_auto_find_goes_on_locally_once_the_server_is_gone_and_the_panel_sa
     qtbot.waitUntil(lambda: layers.FOUND_NAME in viewer.layers, timeout=30000)
     qtbot.waitUntil(lambda: instances(viewer.layers[layers.FOUND_NAME]) == 7, timeout=30000)
     assert "Triton not used" in engine_label.text() and widget.session.engine.fallback_reason is not None
+    assert "scoring above 0.05 (5 labelled already: a commit leaves them out)" in widget.form.status.label.text()
     key(viewer, "commit")  # the two dim blobs: the five committed before are never painted over
     qtbot.waitUntil(lambda: len(np.unique(objects.data)) == 8, timeout=20000)
     assert np.array_equal(objects.data[committed > 0], committed[committed > 0])

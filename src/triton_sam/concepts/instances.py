@@ -77,8 +77,14 @@ def label_image(masks: np.ndarray, scores: np.ndarray, labelled: np.ndarray | No
     for rank, instance in reversed(list(enumerate(np.argsort(-scores, kind="stable"), start=1))):
         mask = masks[instance]
         if labelled is not None:
-            if (mask & labelled).sum() > covered * max(mask.sum(), 1):
+            if labelled_already(mask, labelled, covered):
                 continue
             mask = mask & ~labelled
         labels[mask] = rank
     return labels
+
+
+def labelled_already(mask: np.ndarray, labelled: np.ndarray, covered: float = 0.5) -> bool:
+    """Whether more than `covered` of instance `mask` (bool H x W) is `labelled` already: found
+    again, not new (`label_image` leaves it out)."""
+    return bool((mask & labelled).sum() > covered * max(mask.sum(), 1))

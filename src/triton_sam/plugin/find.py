@@ -27,7 +27,7 @@ from qtpy.QtWidgets import QGridLayout, QLabel, QLineEdit, QPushButton, QSlider,
 
 from .. import engines
 from ..concepts import ConceptProcessor
-from ..concepts.instances import label_image
+from ..concepts.instances import label_image, labelled_already
 from ..errors import ModelFileError, ModelNotFoundError, TritonSamError
 from ..registry import ModelSpec
 from ..repository import concepts_path, locate
@@ -105,6 +105,7 @@ class Found(NamedTuple):
     labels: np.ndarray
     scores: np.ndarray
     masks: np.ndarray  # bool [N, 1, H, W], for the commit (never over labels)
+    known: int  # instances labelled already when the run began (a commit leaves them out)
 
 
 class ConceptFinder:
@@ -264,6 +265,8 @@ class ConceptFinder:
         instances above the slider's threshold if this run is still the last one asked for."""
         self._runs += 1
         run, threshold = self._runs, self.threshold
+        objects = layers.existing_objects_layer(self.viewer, self.encoding.image)
+        labelled = None if objects is None else np.asarray(objects.data[plane]) != 0  # as the run begins
 
         def work() -> Found:
             with self._lock:
@@ -275,7 +278,8 @@ class ConceptFinder:
                 processor.set_confidence_threshold(threshold)  # what `change` keeps (a detection filters once)
                 change(processor, state)
                 masks, scores = state["masks"], state["scores"]
-            return Found(run, plane, label_image(masks, scores), scores, masks)
+            known = 0 if labelled is None else sum(labelled_already(mask[0], labelled) for mask in masks)
+            return Found(run, plane, label_image(masks, scores), scores, masks, known)
 
         worker = make_worker(work)
         worker.returned.connect(self._show)
@@ -293,8 +297,9 @@ class ConceptFinder:
         self.layer.data = found.labels
         self.shown = found
         exemplars = f" and {len(self._exemplars)} exemplar boxes" if self._exemplars else ""
+        known = f" ({found.known} labelled already: a commit leaves them out)" if found.known else ""
         self._set_status(
-            f"Found {len(found.scores)} instances of '{self._phrase}'{exemplars} scoring above {self.threshold:.2f}: "
+            f"Found {len(found.scores)} instances of '{self._phrase}'{exemplars} scoring above {self.threshold:.2f}{known}: "
             f"{self.form.keys['commit']} commits them all; Ctrl-drag a box: more like this, Ctrl-Alt-drag: not this."
         )
 
