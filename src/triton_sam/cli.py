@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=False,
         help="dynamic batching of the session models and images encoded together (default: off; "
-        "measured slower on a CPU and, so far, on a GPU: BENCHMARKS.md)",
+        "slower on a CPU; on a GPU faster only for many clients at once: BENCHMARKS.md)",
     )
     serve.add_argument(
         "--models",

@@ -13,6 +13,7 @@ the window where the object can be.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import onnx
@@ -147,11 +148,15 @@ def resize_graph(spec: ModelSpec) -> onnx.ModelProto:
 class MaskResizer:
     """Low-res logits of one model -> logits or masks at the image's size, as its official predictor.
 
-    Thread-safe; `providers` are ONNX Runtime's (the decoder's, so that both run on one device).
+    Thread-safe; `providers` are ONNX Runtime's (the decoder's, so that both run on one device);
+    `device_work` is held around each run (the engine's, on CUDA: `graph_decoder.DEVICE_WORK`).
     """
 
-    def __init__(self, spec: ModelSpec, providers: Sequence[str] = _CPU) -> None:
+    def __init__(
+        self, spec: ModelSpec, providers: Sequence[str] = _CPU, device_work: AbstractContextManager | None = None
+    ) -> None:
         self.spec = spec
+        self._device_work = nullcontext() if device_work is None else device_work
         options = ort.SessionOptions()
         options.log_severity_level = 3  # Resize placement notes on GPUs are not for users
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -198,5 +203,6 @@ class MaskResizer:
         }
         if spec.resize != STRETCH:
             feeds["input_hw"] = np.array(spec.input_hw(image_hw), np.int64)
-        (result,) = self._ort_session.run([output], feeds, self._run_options)
+        with self._device_work:
+            (result,) = self._ort_session.run([output], feeds, self._run_options)
         return result.reshape(*lead, *image_hw)

@@ -14,6 +14,7 @@ pytest.importorskip("napari")
 
 def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_repository, tmp_path):
     from benchmarks import microsam, report, suite
+    from benchmarks.report.tables import ms
 
     require_server_env()
     workdir = tmp_path / "bench"
@@ -36,6 +37,8 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         assert ideal["delivered"] == ideal["requests_sent"] >= 1 and ideal["latency_ms"]["p50"] > 0
         assert r["gui"][backend]["hover"]["previews_on_screen"] >= 1, r["gui"]
     assert r["hover"]["triton"]["ours"]["server_executed"] >= 1
+    inside = r["triton"]["server_decode_ms"]  # Triton's statistics: the hover decodes' time in the server, by stage
+    assert 0 < inside["compute_infer"] <= inside["success"] and r["triton"]["server_encode_ms"]["success"] > 0
     large = r["large"]["multiscale_local"]  # a tiled plane: the tiles in view encoded, then previews
     assert 0 < large["start"]["first_preview_s"] and 0 < large["start"]["view_encoded_s"] and large["tiles"]["encoded"] >= 1
     assert large["hover"]["previews_on_screen"] >= 1 and large["memory"]["client_peak_mib"] > 0
@@ -76,6 +79,7 @@ def test_every_benchmark_runs_and_the_report_shows_its_figures(sam2_tiny_reposit
         assert f"## {title}" in markdown
     assert f"{r['click']['local']['ratio_to_reference']:.2f}" in markdown
     assert "(plots/annotators.png)" in markdown
+    assert f"A hover decode inside the server (Triton's statistics, mean): {ms(inside['success'])} ms" in markdown
 
 
 def test_the_smoke_profile_s_shared_servers_are_handed_out_only_for_their_settings(tmp_path, monkeypatch):

@@ -2,11 +2,12 @@
 buffers, per-point-count sessions and feature copies run without capture, against the usual run."""
 
 import logging
+import threading
 
 import numpy as np
 import pytest
 
-from triton_sam.engines.graph_decoder import MAX_POINTS, GraphDecoder
+from triton_sam.engines.graph_decoder import DEVICE_WORK, MAX_POINTS, GraphDecoder
 from triton_sam.engines.local import LocalEngine, graph_decodes_by_default
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
@@ -101,8 +102,9 @@ def test_a_replay_giving_nan_turns_the_graphs_off(synthetic_repository, monkeypa
 def test_the_graphs_are_the_default_on_cuda_only_and_the_variable_turns_them_off(monkeypatch):
     monkeypatch.delenv("TRITON_SAM_CUDA_GRAPHS", raising=False)
     assert graph_decodes_by_default(on_cuda=True) and not graph_decodes_by_default(on_cuda=False)
-    monkeypatch.setenv("TRITON_SAM_CUDA_GRAPHS", "0")
-    assert not graph_decodes_by_default(on_cuda=True)
+    for off in ("0", "false", "Off", "no"):
+        monkeypatch.setenv("TRITON_SAM_CUDA_GRAPHS", off)
+        assert not graph_decodes_by_default(on_cuda=True)
     monkeypatch.setenv("TRITON_SAM_CUDA_GRAPHS", "1")
     assert graph_decodes_by_default(on_cuda=True) and not graph_decodes_by_default(on_cuda=False)
 
@@ -125,3 +127,21 @@ def test_graphs_that_cannot_be_made_by_default_leave_the_engine_on_its_usual_dec
     assert engine.decode(engine.encode(_image(0)), request_, multimask_output=True).low_res_logits.shape[0] == 1
     with pytest.raises(RuntimeError, match="capture failed"):
         LocalEngine(exported, graph_decodes=True)
+
+
+def test_graphs_are_made_only_while_no_other_thread_works_on_the_device(synthetic_repository):
+    """CUDA captures in global mode: device work on another thread would fail and break the capture,
+    so a capture waits for `DEVICE_WORK`, which the local engines' CUDA runs hold."""
+    exported = locate(TINY, synthetic_repository)
+    made = threading.Event()
+
+    def make() -> None:
+        GraphDecoder(exported.decoder, TINY, capture=False).close()
+        made.set()
+
+    with DEVICE_WORK:  # another engine's run on the device
+        maker = threading.Thread(target=make)
+        maker.start()
+        assert not made.wait(1.0)
+    assert made.wait(60)
+    maker.join()

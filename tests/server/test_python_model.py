@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 from synthetic import disk_image
 from triton_sam import contract
+from triton_sam.export.triton_config import SESSION_MAX_BATCH
 from triton_sam.features import content_signature
 from triton_sam.image import encoder_input
 from triton_sam.registry import get_model
@@ -243,12 +244,14 @@ def test_feature_buffers_decode_as_numpy_features_with_rows_gathered_and_slots_r
 def test_decodes_run_in_a_session_of_their_batch_size_rows_padded_up_to_it(python_model, synthetic_repository):
     """Where features live in buffers (a GPU), a decoder run of a few prompt sets goes to a session
     with the batch fixed at the next of `FIXED_BATCHES` (cuDNN keeps one plan per input shape), the
-    rows padded: each row's answer is the dynamic session's. Beyond the largest, the dynamic one runs."""
+    rows padded: each row's answer is the dynamic session's. Beyond the largest (the session model's
+    `max_batch_size`, 16), the dynamic one runs."""
     plain = _session_model(python_model, synthetic_repository, "off")
     buffered = _session_model(python_model, synthetic_repository, "on")
     handles = [_encode(plain, image) for image in _images()]
     assert [_encode(buffered, image) for image in _images()] == handles
-    for count, sizes in ((1, {1}), (3, {1, 4}), (5, {1, 4, 8}), (65, {1, 4, 8})):
+    assert set(buffered.devices[0].fixed_decoders) == {1}  # made with the model, not at the first hover
+    for count, sizes in ((1, {1}), (3, {1, 4}), (5, {1, 4, 8}), (17, {1, 4, 8})):
         rows = [handles[row % len(handles)] for row in range(count)]
         points = [[[40.0 + 9 * row, 30.0 + 5 * row]] for row in range(count)]
         expected, ours = _decode(plain, rows, points), _decode(buffered, rows, points)
@@ -258,6 +261,7 @@ def test_decodes_run_in_a_session_of_their_batch_size_rows_padded_up_to_it(pytho
             np.testing.assert_allclose(ours.outputs[name], array, atol=1e-5, err_msg=f"{count} rows, {name}")
         assert set(buffered.devices[0].fixed_decoders) == sizes
     assert plain.devices[0].fixed_decoders == {}
+    assert sys.modules["triton_sam_devices"].FIXED_BATCHES[-1] == SESSION_MAX_BATCH  # what Triton hands it at most
 
 
 class _CountedRuns:

@@ -10,13 +10,17 @@ a decoder session with batch and point count fixed (its shape arithmetic folds a
 
 ONNX Runtime captures a graph per calling thread, and a capture fails while another thread
 allocates on the device; so all of this runs on one thread of its own, and every graph is captured
-when the decoder is made, before the engine encodes anything.
+when the decoder is made, before the engine encodes anything. It captures in CUDA's global mode:
+while a capture is open, device work on any other thread of the process fails and breaks it. So
+captures hold `DEVICE_WORK`, as do the local engines' runs on CUDA (another engine may be in use
+while one is made: napari's panel makes the next model's engine while the last one still previews).
 
 Without `capture` the same buffers, sessions and copies run as usual: on a CPU, where tests check them.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +37,7 @@ from .providers import CPU, CUDA
 OUTPUTS = contract.decoder_output_names(True)  # the candidates: hover and `predict` both ask for them
 MAX_POINTS = 4  # point counts with a graph of their own: the hover's one, and a few clicks
 WARM_RUNS = 3  # runs of each graph when made: ONNX Runtime allocates on the first and captures after it
+DEVICE_WORK = threading.RLock()  # held by each capture and by every CUDA run of a local engine (see above)
 
 
 class GraphDecoder:
@@ -59,7 +64,12 @@ class GraphDecoder:
         copy_on = [(CUDA, cuda), CPU] if capture else [CPU]
         self._copy_features, self._copy_prompts = _copy_session(features, copy_on), _copy_session(self._prompts, copy_on)
         self._current = None  # a weak reference to the features the buffers hold
-        self._runs = self._thread.submit(self._prepare_all, Path(decoder), providers).result()
+        try:
+            with DEVICE_WORK:
+                self._runs = self._thread.submit(self._prepare_all, Path(decoder), providers).result()
+        except BaseException:
+            self._thread.shutdown(wait=False)
+            raise
 
     @property
     def point_counts(self) -> set[int]:

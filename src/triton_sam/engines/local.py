@@ -7,6 +7,7 @@ prompts in and the low-res masks out. On the CPU the features are plain numpy ar
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -21,7 +22,7 @@ from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
-from .graph_decoder import GraphDecoder
+from .graph_decoder import DEVICE_WORK, GraphDecoder
 from .local_concepts import LocalConcepts
 from .ort_sessions import on_cpu, release_cpu_arena, shared_session
 from .providers import CUDA, TENSORRT, device_of, usable_providers
@@ -71,6 +72,8 @@ class LocalEngine(Engine):
         self._device = feature_device or device_of(self.providers[0])  # None: numpy arrays
         self._on_cpu = on_cpu(self.providers)
         on_cuda = self.providers[0] == CUDA and self._device == "cuda"
+        # runs on CUDA wait for a capture of any engine's graphs (`graph_decoder.DEVICE_WORK`)
+        self._device_work = DEVICE_WORK if self.providers[0] == CUDA else contextlib.nullcontext()
         self.graph_decoder = self._graph_decoder(on_cuda, graph_decodes)
         self._replays_checked: set[int] = set()  # point counts whose first replay matched the usual run
         self.detector_maps = self._detector_maps() if detector_maps else ()
@@ -119,7 +122,8 @@ class LocalEngine(Engine):
 
     def concepts(self, features: ImageFeatures, *request) -> dict[str, np.ndarray]:
         """The concept request (`Engine.concepts`) run here on the features' detector maps."""
-        return self._concepts.answer(features.host_arrays(), *request)
+        with self._device_work:
+            return self._concepts.answer(features.host_arrays(), *request)
 
     def concepts_vocabulary(self, features: ImageFeatures) -> bytes:
         return self._concepts.vocabulary()
@@ -146,7 +150,7 @@ class LocalEngine(Engine):
     @functools.cached_property
     def resizer(self) -> MaskResizer:
         """Mask resizing on the decoder's device (TensorRT would build an engine for it: not worth it)."""
-        return MaskResizer(self.spec, [p for p in self.providers if p != TENSORRT])
+        return MaskResizer(self.spec, [p for p in self.providers if p != TENSORRT], self._device_work)
 
     def describe(self) -> str:
         device = self.providers[0].removesuffix("ExecutionProvider")
@@ -161,6 +165,10 @@ class LocalEngine(Engine):
         return LocalVideo(cache, self.exported, self.providers)
 
     def encode(self, image: np.ndarray) -> ImageFeatures:
+        with self._device_work:
+            return self._encode(image)
+
+    def _encode(self, image: np.ndarray) -> ImageFeatures:
         names = self._outputs
         batch = np.ascontiguousarray(image[None])
         if self._device is None:
@@ -185,7 +193,8 @@ class LocalEngine(Engine):
         else:
             binding.bind_cpu_input(name, np.ascontiguousarray(features.arrays[name]))
         binding.bind_output(contract.INSTANCE_MAPS, "cpu")
-        session.run_with_iobinding(binding)
+        with self._device_work:
+            session.run_with_iobinding(binding)
         (maps,) = binding.copy_outputs_to_cpu()
         return self.resizer.logits(maps, image_hw)[0]
 
@@ -203,10 +212,11 @@ class LocalEngine(Engine):
             cancel.on_cancel(lambda: setattr(run_options, "terminate", True))
         try:
             graphs = self.graph_decoder is not None
-            if graphs and GraphDecoder.handles(request.batch_size, request.point_coords.shape[1], outputs):
-                masks, scores, object_scores = self._decode_replayed(features, request, outputs, run_options)
-            else:
-                masks, scores, object_scores = self._decode_usual(features, request, outputs, run_options)
+            with self._device_work:
+                if graphs and GraphDecoder.handles(request.batch_size, request.point_coords.shape[1], outputs):
+                    masks, scores, object_scores = self._decode_replayed(features, request, outputs, run_options)
+                else:
+                    masks, scores, object_scores = self._decode_usual(features, request, outputs, run_options)
         except Exception as error:
             if cancel is not None and cancel.cancelled:
                 raise DecodeCancelled("decode cancelled while running") from error
@@ -287,7 +297,7 @@ class LocalEngine(Engine):
 def graph_decodes_by_default(on_cuda: bool) -> bool:
     """Whether an engine whose features live on CUDA replays its decodes as CUDA graphs when not
     told: yes, unless `$TRITON_SAM_CUDA_GRAPHS` is 0 (#38; measured faster on an H200: BENCHMARKS.md, GPU)."""
-    return on_cuda and os.environ.get(contract.CUDA_GRAPHS_ENV, "1") != "0"
+    return on_cuda and os.environ.get(contract.CUDA_GRAPHS_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndarray]:

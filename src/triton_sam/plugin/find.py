@@ -278,7 +278,8 @@ class ConceptFinder:
                 processor.set_confidence_threshold(threshold)  # what `change` keeps (a detection filters once)
                 change(processor, state)
                 masks, scores = state["masks"], state["scores"]
-            known = 0 if labelled is None else sum(labelled_already(mask[0], labelled) for mask in masks)
+            flat = masks.reshape(len(masks), *masks.shape[-2:])  # [N, H, W], as `label_image` reads them
+            known = 0 if labelled is None else sum(labelled_already(mask, labelled) for mask in flat)
             return Found(run, plane, label_image(masks, scores), scores, masks, known)
 
         worker = make_worker(work)

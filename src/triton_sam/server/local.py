@@ -215,8 +215,8 @@ class LocalTritonServer:
         self.tls_cert, self.tls_key = tls_cert, tls_key
         # Off unless asked for, measured both ways: on a CPU decodes run one by one anyway, Triton's
         # dynamic batcher delays the request after a cancelled one (docs/serving.md) and tiles encoded
-        # together take longer (4 of SAM2.1 tiny: 5.0 s against 4.2 s on 2 cores); on an H200 every
-        # batched decode took ~150 ms against ~9 ms alone (4 clients: 28 decodes/s against 148, #38).
+        # together take longer (4 of SAM2.1 tiny: 5.0 s against 4.2 s on 2 cores); on an H200 it paid
+        # with 16 back-to-back clients and cost with 4 (BENCHMARKS.md, GPU; #38).
         self.session_batching = session_batching
         self._workdir: Path | None = None
         self._process: subprocess.Popen | None = None

@@ -41,7 +41,8 @@ from triton_sam_requests import cuda_devices, ort_session
 # cuDNN 9, ONNX Runtime's convolutions keep one plan per session for the last input shape and make
 # a new one whenever the batch changes, as it does from run to run under dynamic batching; a
 # session per size never changes shape (`benchmarks.gpu_decoder_probe`'s "session_batch", #38).
-FIXED_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+# The largest is the session model's `max_batch_size` (`export.triton_config`): Triton hands it no more.
+FIXED_BATCHES = (1, 2, 4, 8, 16)
 
 
 class Device:
@@ -57,21 +58,37 @@ class Device:
         self.cache = _feature_store(self, params, model_dir)
         coords = next(i for i in self.decoder.get_inputs() if i.name == contract.POINT_COORDS)
         self.batch_dimension = coords.shape[0] if isinstance(self.cache, BufferFeatureStore) else None
-        self.fixed_decoders: dict = {}  # batch size -> the decoder session with that batch fixed
+        self.fixed_decoders: dict = {}  # batch size -> the decoder session with that batch fixed (None: failed)
+        self._fixed_decoder(1)  # now, not at the first hover
 
     def run_decoder(self, wanted: list, rows: list, prompts: dict, options) -> list:
         """The decoder's `wanted` outputs for `rows` (entries of `cache`, one per prompt set) and their
         `prompts`: in a session of a fixed batch (`FIXED_BATCHES`), rows padded, where there is one."""
         count = len(rows)
         batch = next((size for size in FIXED_BATCHES if size >= count), None)
-        if not isinstance(self.batch_dimension, str) or batch is None:  # a batch fixed in the file, or large
+        decoder = self._fixed_decoder(batch)
+        if decoder is None:
             return self.cache.run_decoder(self.decoder, wanted, rows, prompts, options)
-        if batch not in self.fixed_decoders:
-            self.fixed_decoders[batch] = ort_session(self.decoder_path, self.index, {self.batch_dimension: batch})
         rows = rows + rows[-1:] * (batch - count)  # the last row again: its answers are dropped
         prompts = {name: np.concatenate([array, np.repeat(array[-1:], batch - count, 0)]) for name, array in prompts.items()}
-        outputs = self.cache.run_decoder(self.fixed_decoders[batch], wanted, rows, prompts, options)
+        outputs = self.cache.run_decoder(decoder, wanted, rows, prompts, options)
         return [output[:count] for output in outputs]
+
+    def _fixed_decoder(self, batch: int | None):
+        """The decoder session with the batch fixed at `batch`, made on first use; None where there
+        is none: no buffers, a batch fixed in the file, past `FIXED_BATCHES`, or one that failed to
+        load (logged once; the dynamic session answers, slower only)."""
+        if not isinstance(self.batch_dimension, str) or batch is None:
+            return None
+        if batch not in self.fixed_decoders:
+            try:
+                self.fixed_decoders[batch] = ort_session(self.decoder_path, self.index, {self.batch_dimension: batch})
+            except Exception as error:  # ONNX Runtime's errors have no common type (memory, say)
+                pb_utils.Logger.log_warn(
+                    f"device {self.index}: no decoder session of batch {batch} ({error}); the usual one runs"
+                )
+                self.fixed_decoders[batch] = None
+        return self.fixed_decoders[batch]
 
 
 def session_devices(repository: Path, params: dict, model_dir: Path) -> list:
