@@ -237,9 +237,12 @@ class LocalEngine(Engine):
         usual run answers."""
         prompts = prompt_feeds(request, self.spec.low_res_size)
         points = prompts[contract.POINT_COORDS].shape[1]
+        graphs = self.graph_decoder
         try:
-            replayed = self.graph_decoder.decode(features, prompts)
+            replayed = graphs.decode(features, prompts)
         except Exception as error:  # ONNX Runtime's CUDA graph capture refuses some graphs
+            if self.graph_decoder is None:  # closed meanwhile (the engine too): nothing to turn off
+                return self._decode_usual(features, request, outputs, run_options)
             return self._without_graphs(f"{type(error).__name__}: {error}", features, request, outputs, run_options)
         if points in self._replays_checked:
             return replayed
@@ -252,8 +255,9 @@ class LocalEngine(Engine):
         return replayed
 
     def close(self) -> None:
-        if self.graph_decoder is not None:
-            self.graph_decoder.close()
+        graphs, self.graph_decoder = self.graph_decoder, None
+        if graphs is not None:
+            graphs.close()
 
     def _without_graphs(self, why: str, features: ImageFeatures, request: DecodeRequest, outputs: list[str], run_options) -> list:
         log.warning("Decodes replayed as CUDA graphs are off for %s: %s", self.spec.model_id, why)
