@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 
+from conftest import start_server
 from synthetic import disk_image
 
 napari = pytest.importorskip("napari")
@@ -90,6 +91,30 @@ def test_segment_all_finds_each_disk_on_the_plane_shown_and_a_stopped_run_writes
     qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=30000)
     qtbot.wait(300)
     assert len(_automatic_layers(viewer)) == 1
+    widget.close_session()
+
+
+def test_with_auto_segment_all_goes_on_locally_once_the_server_is_gone_and_the_label_says_so(qtbot, viewer, synthetic_repository):
+    """Segmented through the server; the server stopped, Segment all again runs on the local engine,
+    and the engine label says so once it ends (before, only a hover preview refreshed it)."""
+    viewer.add_image(disk_image(H, W, DISKS))
+    viewer.reset_view()
+    server = start_server(synthetic_repository)
+    try:
+        widget = start(qtbot, viewer, "Auto", repository=synthetic_repository, url=server.grpc_url)
+        open_section(widget, "segment_all")
+        widget.form.points_per_side_spin.setValue(8)
+        engine_label = widget.form.status.engine_label
+        qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(_automatic_layers(viewer)) == 1, timeout=60000)
+        assert engine_label.text().startswith("Engine: Triton at")
+    finally:
+        server.stop()
+    qtbot.waitUntil(lambda: widget.form.segment_all_button.text() == "Segment all", timeout=30000)
+    qtbot.mouseClick(widget.form.segment_all_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: len(_automatic_layers(viewer)) == 2, timeout=60000)
+    qtbot.waitUntil(lambda: "Triton not used" in engine_label.text(), timeout=10000)
+    assert widget.session.engine.fallback_reason is not None
     widget.close_session()
 
 

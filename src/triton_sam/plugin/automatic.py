@@ -371,11 +371,15 @@ class AutomaticSegmentation:
         )
 
     def _finished(self, over: list, bar: progress) -> None:
+        """The run ended: its bar and button let go, and the engine label follows the engine (with
+        Auto, a run that the server's death moved to the local engine said otherwise)."""
         over.append(True)
         bar.close()
         self._cancel = self._stopped_because = None
         button, idle = self._button
         button.setText(idle)
+        if self._encoding.session is not None:
+            self._form.status.show_engine(self._encoding.session.engine.describe())
 
     def stop(self, reason: str | None = None) -> None:
         """Cancel the running Segment all; `reason` goes in its last status."""
