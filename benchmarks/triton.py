@@ -80,8 +80,8 @@ def _throughput(url: str, spec: ModelSpec, image: np.ndarray, clients: int, dura
     return {"clients": clients, "decodes_per_s": sum(counts) / duration_s, "latency": summarize(latencies)}
 
 
-def server_batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
-    """How many executions the server ran at each batch size (Triton's own statistics)."""
+def _session_stats(url: str, spec: ModelSpec) -> dict:
+    """Triton's own statistics of the session model (JSON form)."""
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(url)
@@ -89,6 +89,12 @@ def server_batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
         (stats,) = client.get_inference_statistics(spec.session_name, as_json=True)["model_stats"]
     finally:
         client.close()
+    return stats
+
+
+def server_batch_sizes(url: str, spec: ModelSpec) -> dict[str, int]:
+    """How many executions the server ran at each batch size (Triton's own statistics)."""
+    stats = _session_stats(url, spec)
     return {b["batch_size"]: int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])}
 
 
@@ -98,14 +104,7 @@ SERVER_STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 def server_stage_ns(url: str, spec: ModelSpec) -> dict[str, int]:
     """The session model's requests so far and Triton's cumulative nanoseconds in each stage of them
     (`success` is a request's whole time in the server)."""
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(url)
-    try:
-        (stats,) = client.get_inference_statistics(spec.session_name, as_json=True)["model_stats"]
-    finally:
-        client.close()
-    inference = stats["inference_stats"]
+    inference = _session_stats(url, spec)["inference_stats"]
     times = {stage: int(inference.get(stage, {}).get("ns", 0)) for stage in ("success", *SERVER_STAGES)}
     return {"requests": int(inference.get("success", {}).get("count", 0)), **times}
 

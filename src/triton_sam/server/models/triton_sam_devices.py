@@ -69,6 +69,8 @@ class Device:
         decoder = self._fixed_decoder(batch)
         if decoder is None:
             return self.cache.run_decoder(self.decoder, wanted, rows, prompts, options)
+        if batch == count:  # (every hover: nothing to pad or trim)
+            return self.cache.run_decoder(decoder, wanted, rows, prompts, options)
         rows = rows + rows[-1:] * (batch - count)  # the last row again: its answers are dropped
         prompts = {name: np.concatenate([array, np.repeat(array[-1:], batch - count, 0)]) for name, array in prompts.items()}
         outputs = self.cache.run_decoder(decoder, wanted, rows, prompts, options)
