@@ -179,6 +179,23 @@ def decoder_output_names(multimask_output: bool) -> list[str]:
     return [SINGLE_MASK, SINGLE_SCORE, OBJECT_SCORE]
 
 
+def graph_prompts(low_res: int) -> dict[str, tuple[list, str]]:
+    """The prompts of a decode of one prompt set replayed as a CUDA graph: name -> (shape, dtype),
+    "points" standing for the point count."""
+    return {
+        POINT_COORDS: ([1, "points", 2], "float32"),
+        POINT_LABELS: ([1, "points"], "int32"),
+        MASK_INPUT: ([1, 1, low_res, low_res], "float32"),
+        HAS_MASK_INPUT: ([1, 1], "float32"),
+    }
+
+
+def graph_outputs(low_res: int) -> dict[str, list]:
+    """Every output of such a decode (a replay writes them all): name -> shape."""
+    masks = {MULTI_MASKS: [1, 3, low_res, low_res], SINGLE_MASK: [1, 1, low_res, low_res]}
+    return {**masks, MULTI_SCORES: [1, 3], SINGLE_SCORE: [1, 1], OBJECT_SCORE: [1, 1]}
+
+
 # Point labels understood by the decoder.
 LABEL_PADDING = -1  # SAM1 only: stands for "no box" (see registry.SAM1_PROMPTS)
 LABEL_NEGATIVE = 0
@@ -203,6 +220,10 @@ MASK_INPUT_CLAMP_PARAMETER = "mask_input_clamp"  # kept logits clamped to +-this
 FEATURE_BUFFERS_PARAMETER = "feature_buffers"  # "auto", "on" or "off"
 MEMORY_CACHE_SIZE_PARAMETER = "memory_cache_size"  # mask memories kept for volumes
 GATHER_FILE = "gather_features.onnx"  # next to the session model: gathers rows of its feature buffers
+# Next to the session model: the graphs copying an image's features and a decode's prompts into the
+# buffers its CUDA-graph decodes replay from (`server/models/triton_sam_graphs.py`); without them, none.
+GRAPH_COPY_FILES = ("graph_copy_features.onnx", "graph_copy_prompts.onnx")
+GRAPH_DECODES_PARAMETER = "graph_decodes"  # "auto" (on a GPU unless CUDA_GRAPHS_ENV says 0), "on" or "off"
 VIDEO_DIR = "video"  # next to the session model: its SAM2.1 video graphs, if exported
 INSTANCE_DECODER_DIR = "instance_decoder"  # next to the session model: micro-sam's instance-segmentation decoder, if exported
 INSTANCE_EMBED = "image_embed"  # its input: the image embedding (the features of that name)
@@ -234,7 +255,14 @@ DEVICE_DECODED_METRIC = "triton_sam_session_device_decoded_rows_total"
 # cheap query: on an H200 it took most of that cost away without slowing the encoder
 # (`benchmarks.gpu_decoder_probe`'s "session_batch"; BENCHMARKS.md, GPU).
 CUDA_PROVIDER_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
-CUDA_GRAPHS_ENV = "TRITON_SAM_CUDA_GRAPHS"  # 0: the local engine on CUDA decodes without CUDA graphs (#38)
+CUDA_GRAPHS_ENV = "TRITON_SAM_CUDA_GRAPHS"  # 0: decodes on CUDA run without CUDA graphs, local or served (#38)
+
+
+def cuda_graphs_allowed(value: str | None) -> bool:
+    """Whether `$TRITON_SAM_CUDA_GRAPHS` (`value`; None where unset) leaves CUDA-graph decodes on."""
+    return (value or "1").strip().lower() not in ("0", "false", "off", "no")
+
+
 DEVICES_ENV = "TRITON_SAM_DEVICES"  # devices the session model drives: at most this many GPUs, or CPU stand-ins
 API_KEY_NAME = "triton-sam-key"  # `triton-sam serve` with an API key: HTTP clients send this header,
 API_KEY_GRPC_HEADER = f"triton-grpc-protocol-{API_KEY_NAME}"  # gRPC clients this one (Triton's prefix)

@@ -7,11 +7,12 @@ import threading
 import numpy as np
 import pytest
 
-from triton_sam.engines.graph_decoder import DEVICE_WORK, MAX_POINTS, GraphDecoder
+from triton_sam.engines.graph_decoder import DEVICE_WORK, graph_decoder
 from triton_sam.engines.local import LocalEngine, graph_decodes_by_default
 from triton_sam.prompts import model_request
 from triton_sam.registry import get_model
 from triton_sam.repository import locate
+from triton_sam.server.models.triton_sam_graphs import MAX_POINTS, GraphDecoder
 
 TINY = get_model("sam2.1_hiera_tiny")
 SIZE = (600, 800)
@@ -69,14 +70,16 @@ def test_more_points_or_prompt_sets_than_a_graph_takes_run_as_usual(synthetic_re
     np.testing.assert_allclose(
         replaying.decode(features, many).low_res_logits, usual.decode(usual.encode(_image(0)), many).low_res_logits, atol=1e-5
     )
-    assert not GraphDecoder.handles(2, 1, ["masks"]) and not GraphDecoder.handles(1, MAX_POINTS + 1, [])
+    assert not GraphDecoder.handles(2, 1) and not GraphDecoder.handles(1, MAX_POINTS + 1)
 
 
 def test_a_replay_off_the_usual_run_turns_the_graphs_off_and_the_usual_run_answers(synthetic_repository, monkeypatch, caplog):
     replaying, usual = _engines(synthetic_repository)
     features = replaying.encode(_image(0))
     real = GraphDecoder.decode
-    monkeypatch.setattr(GraphDecoder, "decode", lambda self, *a: [o + 1.0 if i == 0 else o for i, o in enumerate(real(self, *a))])
+    monkeypatch.setattr(
+        GraphDecoder, "decode", lambda self, *a: {n: o + 1.0 if n == "masks" else o for n, o in real(self, *a).items()}
+    )
     request_ = model_request(TINY, SIZE, **_prompts(1, 0))
     with caplog.at_level(logging.WARNING):
         answer = replaying.decode(features, request_)
@@ -90,7 +93,9 @@ def test_a_replay_giving_nan_turns_the_graphs_off(synthetic_repository, monkeypa
     features = replaying.encode(_image(0))
     real = GraphDecoder.decode
     monkeypatch.setattr(
-        GraphDecoder, "decode", lambda self, *a: [np.full_like(o, np.nan) if i == 1 else o for i, o in enumerate(real(self, *a))]
+        GraphDecoder,
+        "decode",
+        lambda self, *a: {n: np.full_like(o, np.nan) if n == "iou_predictions" else o for n, o in real(self, *a).items()},
     )
     request_ = model_request(TINY, SIZE, **_prompts(1, 0))
     np.testing.assert_allclose(
@@ -117,7 +122,7 @@ def test_graphs_that_cannot_be_made_by_default_leave_the_engine_on_its_usual_dec
     def broken(*args, **kwargs):
         raise RuntimeError("capture failed")
 
-    monkeypatch.setattr(local, "GraphDecoder", broken)
+    monkeypatch.setattr(local, "graph_decoder", broken)
     monkeypatch.setattr(local, "graph_decodes_by_default", lambda on_cuda: True)
     exported = locate(TINY, synthetic_repository)
     with caplog.at_level(logging.WARNING, logger=local.__name__):
@@ -136,7 +141,7 @@ def test_graphs_are_made_only_while_no_other_thread_works_on_the_device(syntheti
     made = threading.Event()
 
     def make() -> None:
-        GraphDecoder(exported.decoder, TINY, capture=False).close()
+        graph_decoder(LocalEngine(exported, graph_decodes=False)._decoder, exported.decoder, TINY, capture=False).close()
         made.set()
 
     with DEVICE_WORK:  # another engine's run on the device

@@ -135,7 +135,14 @@ def test_a_server_environment_without_onnx_runtime_says_where_the_backend_looked
 
 
 def _session_model(
-    python_model, repository, buffers: str, cache_size: int = 16, logits_cache_size: int = 256, encode_batch: int = 1, spec=TINY
+    python_model,
+    repository,
+    buffers: str,
+    cache_size: int = 16,
+    logits_cache_size: int = 256,
+    encode_batch: int = 1,
+    spec=TINY,
+    graphs: str = "auto",
 ):
     params = {
         contract.MODEL_ID_PARAMETER: spec.model_id,
@@ -146,6 +153,7 @@ def _session_model(
         "mask_input_clamp": str(spec.low_res_clamp or ""),
         "feature_buffers": buffers,
         contract.ENCODE_BATCH_PARAMETER: str(encode_batch),
+        contract.GRAPH_DECODES_PARAMETER: graphs,
     }
     counts = python_model.RequestCounts(spec.session_name)  # its outcomes checked, as on a server
     device_counts = python_model.DeviceCounts(spec.session_name)
@@ -262,6 +270,54 @@ def test_decodes_run_in_a_session_of_their_batch_size_rows_padded_up_to_it(pytho
         assert set(buffered.devices[0].fixed_decoders) == sizes
     assert plain.devices[0].fixed_decoders == {}
     assert sys.modules["triton_sam_devices"].FIXED_BATCHES[-1] == SESSION_MAX_BATCH  # what Triton hands it at most
+
+
+def test_one_prompt_set_decodes_replay_from_the_graph_buffers_as_the_usual_run(python_model, synthetic_repository):
+    """With `graph_decodes` (on a GPU by default: replayed as CUDA graphs; here the same buffers and
+    copy graphs without capture), a decode of one prompt set of up to `MAX_POINTS` points reads the
+    image's slot through the copy graphs and answers as the usual run: images taking turns, a slot
+    reused by another image after an eviction, a kept mask input alike. More points run as usual."""
+    plain = _session_model(python_model, synthetic_repository, "off")
+    replaying = _session_model(python_model, synthetic_repository, "on", cache_size=2, graphs="on")
+    graphs = replaying.devices[0].graphs
+    assert graphs is not None and graphs.device == "cpu" and plain.devices[0].graphs is None
+    images = _images()
+    handles = [_encode(plain, image) for image in images]
+    assert [_encode(replaying, image) for image in images[:2]] == handles[:2]
+    max_points = sys.modules["triton_sam_graphs"].MAX_POINTS
+
+    def alike(image: int, points: int, **inputs) -> dict:
+        at = [[[20.0 + 17 * point + 5 * image, 40.0 + 9 * point] for point in range(points)]]
+        expected, ours = _decode(plain, [handles[image]], at, **inputs), _decode(replaying, [handles[image]], at, **inputs)
+        assert ours.error is None, ours.error.message
+        for name, array in expected.outputs.items():
+            np.testing.assert_allclose(ours.outputs[name], array, atol=1e-4, err_msg=f"image {image}, {points} points, {name}")
+        return ours.outputs
+
+    first = alike(0, 1)
+    alike(1, 2)
+    alike(0, 3)  # the buffers hold image 0's features
+    alike(1, max_points + 1)  # as usual, not through the buffers; image 0 now the least recently used
+    assert _encode(replaying, images[2]) == handles[2]  # evicts image 0: image 2 takes its slot
+    third = alike(2, 1)  # the point count checked already: no usual run to catch a stale copy
+    assert not np.allclose(first[contract.MULTI_MASKS], third[contract.MULTI_MASKS])
+    alike(1, 1, mask_input=first[contract.SINGLE_MASK])
+    assert replaying.devices[0].graphs is graphs and graphs.checked == {1, 2, 3}
+
+
+def test_a_session_model_exported_without_copy_graphs_decodes_without_the_graphs_and_says_why(
+    python_model, synthetic_repository, monkeypatch
+):
+    """An export of an earlier version lacks the copy graphs beside `model.py`: the model starts and
+    decodes as usual; the log says what is missing and what to do."""
+    monkeypatch.setattr(sys.modules["triton_sam_contract"], "GRAPH_COPY_FILES", ("not_exported.onnx", "graph_copy_prompts.onnx"))
+    warned = len(python_model.pb_utils.Logger.warnings)
+    model = _session_model(python_model, synthetic_repository, "on", graphs="on")
+    assert model.devices[0].graphs is None
+    (warning,) = python_model.pb_utils.Logger.warnings[warned:]
+    assert "not_exported.onnx missing" in warning and "export again" in warning
+    handle = _encode(model, _images()[0])
+    assert _decode(model, [handle], [[[30.0, 40.0]]]).error is None
 
 
 class _CountedRuns:

@@ -22,12 +22,13 @@ if TYPE_CHECKING:
     from ..video.backend import VideoBackend
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ImageFeatures:
     """Encoder output for one image, held in one of three places: numpy arrays here (local engine on
     the CPU), buffers on the local engine's GPU (fed back to its decoder without a host round
     trip), or on a server behind a handle, with the encoder input kept so that the image can be
-    encoded again if the server lost them.
+    encoded again if the server lost them. Equal only to itself (the same image encoded twice is
+    two features).
     """
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [1, C, H, W]

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import logging
 import os
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..masks import MaskResizer
 from ..prompts import DecodeRequest
 from ..repository import ExportedModel
 from .base import CancelToken, DecodeResult, Engine, ImageFeatures, best_candidates
-from .graph_decoder import DEVICE_WORK, GraphDecoder
+from .graph_decoder import DEVICE_WORK, OUTPUTS, GraphDecoder, graph_decoder
 from .local_concepts import LocalConcepts
 from .ort_sessions import on_cpu, release_cpu_arena, shared_session
 from .providers import CUDA, TENSORRT, device_of, usable_providers
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
 # Prompt sets per decoder run on a CPU: larger runs are no faster per prompt set there, and their
 # intermediates grow with the batch (about 45 MB a prompt set for SAM2.1 tiny).
 CPU_DECODE_BATCH = 8
-# How far a replayed decode's mask logits may be from the usual run's before the graphs are turned
-# off (measured: 3e-4 on an H200; fp32 kernels that differ only in launch order stay far below).
-GRAPH_TOLERANCE = 1e-2
 log = logging.getLogger(__name__)
 
 
@@ -75,7 +73,6 @@ class LocalEngine(Engine):
         # runs on CUDA wait for a capture of any engine's graphs (`graph_decoder.DEVICE_WORK`)
         self._device_work = DEVICE_WORK if self.providers[0] == CUDA else contextlib.nullcontext()
         self.graph_decoder = self._graph_decoder(on_cuda, graph_decodes)
-        self._replays_checked: set[int] = set()  # point counts whose first replay matched the usual run
         self.detector_maps = self._detector_maps() if detector_maps else ()
         self._outputs = [*self.spec.feature_shapes, *self.detector_maps]
 
@@ -86,7 +83,7 @@ class LocalEngine(Engine):
         if not (graph_decodes_by_default(on_cuda) if asked is None else asked):
             return None
         try:
-            return GraphDecoder(self.exported.decoder, self.spec, capture=on_cuda)
+            return graph_decoder(self._decoder, self.exported.decoder, self.spec, capture=on_cuda)
         except Exception as error:  # ONNX Runtime's errors have no common type (a failed capture, memory)
             if asked:
                 raise
@@ -213,7 +210,7 @@ class LocalEngine(Engine):
         try:
             graphs = self.graph_decoder is not None
             with self._device_work:
-                if graphs and GraphDecoder.handles(request.batch_size, request.point_coords.shape[1], outputs):
+                if graphs and outputs == OUTPUTS and GraphDecoder.handles(request.batch_size, request.point_coords.shape[1]):
                     masks, scores, object_scores = self._decode_replayed(features, request, outputs, run_options)
                 else:
                     masks, scores, object_scores = self._decode_usual(features, request, outputs, run_options)
@@ -238,21 +235,18 @@ class LocalEngine(Engine):
         prompts = prompt_feeds(request, self.spec.low_res_size)
         points = prompts[contract.POINT_COORDS].shape[1]
         graphs = self.graph_decoder
+        sources = features.device or features.arrays
         try:
-            replayed = graphs.decode(features, prompts)
+            answer = graphs.decode(weakref.ref(features), sources, prompts)
         except Exception as error:  # ONNX Runtime's CUDA graph capture refuses some graphs
             if self.graph_decoder is None:  # closed meanwhile (the engine too): nothing to turn off
                 return self._decode_usual(features, request, outputs, run_options)
             return self._without_graphs(f"{type(error).__name__}: {error}", features, request, outputs, run_options)
-        if points in self._replays_checked:
+        replayed = [answer[name] for name in outputs]
+        if points in graphs.checked:
             return replayed
-        usual = self._decode_usual(features, request, outputs, run_options)
-        differences = [float(np.max(np.abs(ours - theirs))) for ours, theirs in zip(replayed, usual)]
-        if not all(difference <= GRAPH_TOLERANCE for difference in differences):  # NaN too
-            why = f"outputs off the usual run by {', '.join(f'{d:.2g}' for d in differences)}"
-            return self._without_graphs(why, features, request, outputs, run_options)
-        self._replays_checked.add(points)
-        return replayed
+        why = graphs.mismatch(points, replayed, self._decode_usual(features, request, outputs, run_options))
+        return replayed if why is None else self._without_graphs(why, features, request, outputs, run_options)
 
     def close(self) -> None:
         graphs, self.graph_decoder = self.graph_decoder, None
@@ -301,7 +295,7 @@ class LocalEngine(Engine):
 def graph_decodes_by_default(on_cuda: bool) -> bool:
     """Whether an engine whose features live on CUDA replays its decodes as CUDA graphs when not
     told: yes, unless `$TRITON_SAM_CUDA_GRAPHS` is 0 (#38; measured faster on an H200: BENCHMARKS.md, GPU)."""
-    return on_cuda and os.environ.get(contract.CUDA_GRAPHS_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+    return on_cuda and contract.cuda_graphs_allowed(os.environ.get(contract.CUDA_GRAPHS_ENV))
 
 
 def prompt_feeds(request: DecodeRequest, low_res_size: int) -> dict[str, np.ndarray]:

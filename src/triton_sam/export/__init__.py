@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 from .. import __version__, contract
 from ..download import file_sha256
+from ..engines.graph_decoder import copy_graphs
 from ..errors import InvalidInputError
 from ..registry import ModelSpec
 from ..repository import ENCODER_FP16, ENCODER_FP32, concepts_path, onnx_path, video_path, write_metadata
@@ -73,6 +74,8 @@ def write_session_model(spec: ModelSpec, output: Path, cache_size: int = SESSION
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     write_python_model(model_dir / "1")
     onnx.save(gather_graph(spec), model_dir / "1" / GATHER_FILE)
+    for graph, name in zip(copy_graphs(spec), contract.GRAPH_COPY_FILES):
+        onnx.save(graph, model_dir / "1" / name)
     video = video_path(output, spec)
     video_settings = json.loads((video / SETTINGS_FILE).read_text()) if has_video_graphs(video) else None
     (model_dir / "config.pbtxt").write_text(session_config(spec, cache_size, video_settings))

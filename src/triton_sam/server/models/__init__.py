@@ -17,6 +17,7 @@ INSTANCE_FILE = "triton_sam_instance.py"  # the session model's instance-segment
 CONCEPTS_FILE = "triton_sam_concepts.py"  # the session model's SAM3 concept requests
 DECODES_FILE = "triton_sam_decodes.py"  # what a decode request asks for and how its answer is shaped
 DEVICES_FILE = "triton_sam_devices.py"  # the session model's devices and where an image's features live
+GRAPHS_FILE = "triton_sam_graphs.py"  # decodes replayed as CUDA graphs (the local engine's too)
 
 
 def python_model_source() -> str:
@@ -38,6 +39,7 @@ def helper_sources() -> dict[str, str]:
         CONCEPTS_FILE,
         DECODES_FILE,
         DEVICES_FILE,
+        GRAPHS_FILE,
     ):
         sources[name] = resources.files(__name__).joinpath(name).read_text()
     return sources

@@ -34,6 +34,7 @@ import triton_python_backend_utils as pb_utils
 import triton_sam_contract as contract
 from triton_sam_concepts import has_concept_graphs
 from triton_sam_features import BufferFeatureStore, FeatureStore
+from triton_sam_graphs import DevicePointer, GraphDecoder, free_dimensions
 from triton_sam_requests import cuda_devices, ort_session
 
 # Decoder runs of up to this many prompt sets go to a decoder session with the batch fixed at the
@@ -59,12 +60,20 @@ class Device:
         coords = next(i for i in self.decoder.get_inputs() if i.name == contract.POINT_COORDS)
         self.batch_dimension = coords.shape[0] if isinstance(self.cache, BufferFeatureStore) else None
         self.fixed_decoders: dict = {}  # batch size -> the decoder session with that batch fixed (None: failed)
-        self._fixed_decoder(1)  # now, not at the first hover
+        # now, not at the first hover; on a GPU every size, each run once: a session made and its
+        # convolutions planned while annotators wait held their decodes up by ~0.3 s (#38)
+        for batch in FIXED_BATCHES if self.on_gpu else FIXED_BATCHES[:1]:
+            self._fixed_decoder(batch)
+        self.graphs = self._graph_decoder(params, model_dir)
 
     def run_decoder(self, wanted: list, rows: list, prompts: dict, options) -> list:
         """The decoder's `wanted` outputs for `rows` (entries of `cache`, one per prompt set) and their
         `prompts`: in a session of a fixed batch (`FIXED_BATCHES`), rows padded, where there is one."""
         count = len(rows)
+        if count == 1 and self.graphs is not None and self._replayable(wanted, prompts):
+            replayed = self._replayed(wanted, rows[0], prompts, options)
+            if replayed is not None:
+                return replayed
         batch = next((size for size in FIXED_BATCHES if size >= count), None)
         decoder = self._fixed_decoder(batch)
         if decoder is None:
@@ -76,6 +85,69 @@ class Device:
         outputs = self.cache.run_decoder(decoder, wanted, rows, prompts, options)
         return [output[:count] for output in outputs]
 
+    def _replayable(self, wanted: list, prompts: dict) -> bool:
+        """Whether the graphs answer a decode of one prompt set: few enough points, no other prompts
+        or outputs than theirs."""
+        points = prompts[contract.POINT_COORDS].shape[1]
+        low = prompts[contract.MASK_INPUT].shape[-1]
+        theirs = set(contract.graph_prompts(low)) == set(prompts) and set(wanted) <= set(contract.graph_outputs(low))
+        return theirs and GraphDecoder.handles(1, points)
+
+    def _replayed(self, wanted: list, slot: int, prompts: dict, options):
+        """The `wanted` outputs of one prompt set's decode through the graphs; None where they turned
+        themselves off (a failure, or a point count's first replay off the usual run: logged)."""
+        graphs, points = self.graphs, prompts[contract.POINT_COORDS].shape[1]
+        store = self.cache
+        features = {
+            name: DevicePointer(store.device, store.device_id, store.slot_pointer(name, slot)) for name in graphs.features
+        }
+        try:
+            answer = graphs.decode(store.version(slot), features, prompts)
+        except Exception as error:  # ONNX Runtime's errors have no common type
+            return self._graphs_off(f"{type(error).__name__}: {error}")
+        replayed = [answer[name] for name in wanted]
+        if points in graphs.checked:
+            return replayed
+        usual = store.run_decoder(self._fixed_decoder(1) or self.decoder, wanted, [slot], prompts, options)
+        why = graphs.mismatch(points, replayed, usual)
+        return replayed if why is None else self._graphs_off(why)
+
+    def _graphs_off(self, why: str) -> None:
+        pb_utils.Logger.log_warn(f"device {self.index}: decodes replayed as CUDA graphs are off ({why}); the usual ones run")
+        graphs, self.graphs = self.graphs, None
+        graphs.close()
+
+    def _graph_decoder(self, params: dict, model_dir: Path) -> GraphDecoder | None:
+        """The decoder replaying one-prompt-set decodes as CUDA graphs (`triton_sam_graphs`), where
+        features live in buffers and `graph_decodes` is "on", or "auto" on a GPU unless
+        `$TRITON_SAM_CUDA_GRAPHS` says 0 (on the CPU "on" runs the same buffers without capture);
+        None elsewhere, and where the export has no copy graphs or they cannot be made (logged)."""
+        wanted = params.get(contract.GRAPH_DECODES_PARAMETER, "auto")
+        allowed = self.on_gpu and contract.cuda_graphs_allowed(os.environ.get(contract.CUDA_GRAPHS_ENV))
+        if not isinstance(self.cache, BufferFeatureStore) or not (wanted == "on" or (wanted == "auto" and allowed)):
+            return None
+        copies = [model_dir / name for name in contract.GRAPH_COPY_FILES]
+        if not all(path.is_file() for path in copies):
+            missing = ", ".join(path.name for path in copies if not path.is_file())
+            pb_utils.Logger.log_warn(f"no CUDA-graph decodes: {missing} missing beside model.py (export again to have them)")
+            return None
+        inputs = {i.name: i.shape for i in self.decoder.get_inputs()}
+        low = inputs[contract.MASK_INPUT][-1]
+        try:
+            return GraphDecoder(
+                self.decoder_path,
+                free_dimensions(self.decoder, contract.POINT_COORDS),
+                {name: [1, *self.cache.shapes[name]] for name in self.cache.names if name in inputs},
+                contract.graph_prompts(low),
+                contract.graph_outputs(low),
+                tuple(copies),
+                capture=self.on_gpu,
+                device_id=self.index,
+            )
+        except Exception as error:  # a failed capture, memory: the usual decodes answer, slower only
+            pb_utils.Logger.log_warn(f"device {self.index}: no CUDA-graph decodes ({type(error).__name__}: {error})")
+            return None
+
     def _fixed_decoder(self, batch: int | None):
         """The decoder session with the batch fixed at `batch`, made on first use; None where there
         is none: no buffers, a batch fixed in the file, past `FIXED_BATCHES`, or one that failed to
@@ -84,13 +156,22 @@ class Device:
             return None
         if batch not in self.fixed_decoders:
             try:
-                self.fixed_decoders[batch] = ort_session(self.decoder_path, self.index, {self.batch_dimension: batch})
+                session = ort_session(self.decoder_path, self.index, {self.batch_dimension: batch})
+                if self.on_gpu:
+                    session.run(None, _zeros(session))
+                self.fixed_decoders[batch] = session
             except Exception as error:  # ONNX Runtime's errors have no common type (memory, say)
                 pb_utils.Logger.log_warn(
                     f"device {self.index}: no decoder session of batch {batch} ({error}); the usual one runs"
                 )
                 self.fixed_decoders[batch] = None
         return self.fixed_decoders[batch]
+
+
+def _zeros(session) -> dict:
+    """Zeros for every input of `session`, dimensions left free in it taken as 1."""
+    dtypes = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64}
+    return {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], dtypes[i.type]) for i in session.get_inputs()}
 
 
 def session_devices(repository: Path, params: dict, model_dir: Path) -> list:

@@ -75,15 +75,22 @@ class BufferFeatureStore(FeatureStore):
             for name, shape in self.shapes.items()
         }
         self.free = list(range(self.capacity))
+        self.encodes, self.written = 0, {}  # images encoded here; slot -> the number of the one it holds
 
     def _evicted(self, slot: int) -> None:
         self.free.append(slot)
 
+    def version(self, slot: int) -> tuple:
+        """What tells the features in `slot` from those it held before (slots are reused)."""
+        return slot, self.written[slot]
+
+    def slot_pointer(self, name: str, slot: int) -> int:
+        """The device address of feature `name` in `slot`."""
+        return self.buffers[name].data_ptr() + slot * 4 * int(np.prod(self.shapes[name]))
+
     def _bind(self, binding, bind, name: str, slot: int, count: int = 1) -> None:
         """Bind `name` of `count` slots from `slot` on with `bind` (an input or output binder of `binding`)."""
-        row_bytes = 4 * int(np.prod(self.shapes[name]))
-        pointer = self.buffers[name].data_ptr() + slot * row_bytes
-        bind(name, self.device, self.device_id, np.float32, [count, *self.shapes[name]], pointer)
+        bind(name, self.device, self.device_id, np.float32, [count, *self.shapes[name]], self.slot_pointer(name, slot))
 
     def encode(self, handles: list, feeds: dict, encoder) -> None:
         """The encoder writes each image's outputs into its slot: a batch into consecutive free
@@ -100,6 +107,8 @@ class BufferFeatureStore(FeatureStore):
             encoder.run_with_iobinding(binding)
             for offset, handle in enumerate(handles[done : done + count]):
                 self.free.remove(first + offset)
+                self.encodes += 1
+                self.written[first + offset] = self.encodes
                 self.put(handle, first + offset)
             done += count
 
