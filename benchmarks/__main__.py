@@ -47,7 +47,12 @@ def _cmd_bench_hover(args) -> None:
     from . import hover
 
     result = hover.run(
-        args.model, rate_hz=args.rate, duration_s=args.duration, shape=tuple(args.shape), backends=tuple(args.backends)
+        args.model,
+        rate_hz=args.rate,
+        duration_s=args.duration,
+        shape=tuple(args.shape),
+        backends=tuple(args.backends),
+        session_batching=args.session_batching,
     )
     print(json.dumps(result, indent=2))
 
@@ -217,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_hover.add_argument("--duration", type=float, default=10.0, help="trace length in seconds")
     bench_hover.add_argument("--shape", type=int, nargs=2, default=BENCH_SHAPE, metavar=("H", "W"))
     bench_hover.add_argument("--backends", nargs="+", default=["local", "triton"], choices=["local", "triton"])
+    bench_hover.add_argument(
+        "--session-batching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the Triton server's session batcher (default: as `triton-sam serve`: on where it runs on a GPU)",
+    )
     bench_hover.set_defaults(func=_cmd_bench_hover)
     bench_gui = kinds.add_parser("gui", help="napari: mouse move to preview on screen, event-loop stalls (needs a display; JSON)")
     bench_gui.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS))

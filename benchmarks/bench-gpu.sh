@@ -20,7 +20,8 @@ run() {  # run NAME COMMAND...: stdout to NAME.json, stderr to NAME.log; a failu
 
 # Triton first: in a short lease (15 minutes) the part measured least comes back first.
 if [[ $part == triton || $part == all ]]; then
-    run hover-triton "$PYTHON" -m benchmarks hover --backends triton --duration 20
+    run hover-triton "$PYTHON" -m benchmarks hover --backends triton --duration 20  # as `serve`: batcher on a GPU
+    run hover-triton-no-batching "$PYTHON" -m benchmarks hover --backends triton --duration 20 --no-session-batching
     echo "== suite-triton ($(date +%T))" >&2  # its results file is the JSON; what it prints is a log
     "$PYTHON" -m benchmarks all --only click annotators triton --output "$out/suite-triton-results.json" >"$out/suite-triton.log" 2>&1 ||
         echo "FAILED: suite-triton (see $out/suite-triton.log)" >&2

@@ -188,6 +188,7 @@ def run(
     backends: tuple[str, ...] = ("local", "triton"),
     yardstick: int = 15,
     workdir: Path = Path(".bench"),
+    session_batching: bool | None = None,
 ) -> dict:
     spec = get_model(model_id)
     repository = exported_repository(model_id, seed, workdir)
@@ -206,8 +207,10 @@ def run(
         result["local"] = {"engine": engine.describe(), **_modes(engine, image, trace, None, yardstick)}
         engine.close()
     if "triton" in backends:
-        with loopback_server(repository, model_id) as server:
+        batching = {} if session_batching is None else {"session_batching": session_batching}  # None: as `serve`
+        with loopback_server(repository, model_id, **batching) as server:
             engine = create_engine(spec, "triton", url=server.grpc_url)
-            result["triton"] = {"engine": engine.describe(), **_modes(engine, image, trace, server, yardstick)}
+            modes = _modes(engine, image, trace, server, yardstick)
+            result["triton"] = {"engine": engine.describe(), "session_batching": server.session_batching, **modes}
             engine.close()
     return result

@@ -247,7 +247,7 @@ def run(
     local = create_engine(spec, "local", repository)
     result = {"benchmark": "triton", "model": model_id, "image_shape": list(shape), "local_engine": local.describe()}
 
-    with loopback_server(repository, model_id, session_batching=False) as plain:  # as `triton-sam serve` runs
+    with loopback_server(repository, model_id, session_batching=False) as plain:  # as `triton-sam serve` on a CPU
         proxy = CountingProxy(plain.grpc_url)
         remote = TritonEngine(spec, TritonConnection(proxy.url))
         if warm_up:  # and connection set-up
@@ -261,7 +261,7 @@ def run(
         result["lock_held"] = _lock_held(plain.grpc_url, spec, lock_calls)
         tiles_alone = _tile_encodes(plain.grpc_url, spec, tiles, warm_up)
     local.close()
-    with loopback_server(repository, model_id, session_batching=True) as batching:
+    with loopback_server(repository, model_id, session_batching=True, batched_encodes=True) as batching:
         result["throughput_dynamic_batching"] = [_throughput(batching.grpc_url, spec, inputs[-1], n, duration_s) for n in clients]
         result["executions_by_batch_size"] = server_batch_sizes(batching.grpc_url, spec)
         tiles_batched = _tile_encodes(batching.grpc_url, spec, tiles, warm_up)

@@ -71,8 +71,8 @@ class _SharedServer(LocalTritonServer):
     """A server that the suite started and stops, as one benchmark sees it: used as its own
     (`with`, `grpc_url`, `pid`, `session_requests`), neither started nor stopped here."""
 
-    def __init__(self, repository: str, model_id: str, pid: int, ports: dict[str, int], session_batching: bool) -> None:
-        super().__init__(Path(repository), models=(model_id,), session_batching=session_batching, **ports)
+    def __init__(self, repository: str, model_id: str, pid: int, ports: dict[str, int], **batching: bool) -> None:
+        super().__init__(Path(repository), models=(model_id,), **batching, **ports)
         self._pid = pid
 
     @property
@@ -97,6 +97,7 @@ def shared_servers(model_id: str, *servers: LocalTritonServer) -> dict[str, str]
             "pid": server.pid,
             "ports": {f"{kind}_port": port for kind, port in server.ports.items()},
             "session_batching": server.session_batching,
+            "batched_encodes": server.batched_encodes,
         }
         for server in servers
     ]
@@ -110,6 +111,7 @@ def loopback_server(repository: Path, model_id: str, **options) -> LocalTritonSe
     options, the one on the default settings)."""
     for shared in json.loads(os.environ.get(SHARED_SERVERS) or "[]"):
         same = (shared["repository"], shared["model_id"]) == (str(Path(repository).resolve()), model_id)
-        if same and options.items() <= {"session_batching": shared["session_batching"]}.items():
+        settings = {name: shared[name] for name in ("session_batching", "batched_encodes")}
+        if same and options.items() <= settings.items():
             return _SharedServer(**shared)
     return LocalTritonServer(repository, models=(model_id,), **loopback_ports(), **options)

@@ -254,9 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--session-batching",
         action=argparse.BooleanOptionalAction,
-        default=False,
-        help="dynamic batching of the session models and images encoded together (default: off; "
-        "slower on a CPU; on a GPU faster only for many clients at once: BENCHMARKS.md)",
+        default=None,
+        help="dynamic batching of the session models' decodes, and images encoded together (default: "
+        "decodes batched where the session models run on a GPU, images encoded one at a time; "
+        "off on a CPU, where it is slower: BENCHMARKS.md)",
     )
     serve.add_argument(
         "--models",

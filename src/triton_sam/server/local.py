@@ -4,8 +4,8 @@ PyTriton pins numpy<2 and the plugin must work with numpy 2, so the server may l
 environment (`triton-sam server-env` creates one). Its Triton has only the python backend, so the
 served repository is a *view* of the exported one: ONNX Runtime backend models become python
 models running the same ONNX file (`models/python_model.py`) under the same name, tensors and
-batching; python models (the session model) keep their files, and lose their dynamic batcher unless
-asked to keep it (measured slower, see `LocalTritonServer`).
+batching; python models (the session model) keep their files, and keep their dynamic batcher only
+where they run on a GPU or are asked to (measured slower on a CPU, see `LocalTritonServer`).
 """
 
 from __future__ import annotations
@@ -105,6 +105,20 @@ def find_server_python(explicit: str | Path | None = None) -> Path:
     )
 
 
+def session_models_on_gpu(server_python: Path) -> bool:
+    """Whether the session models of a server run by `server_python` will run on a GPU: the driver
+    sees one and that environment's ONNX Runtime has its CUDA provider (asked of it: the
+    environment of `serve` may have another ONNX Runtime, or none)."""
+    if cuda_device_count() == 0:
+        return False
+    probe = "import onnxruntime; print('CUDAExecutionProvider' in onnxruntime.get_available_providers())"
+    try:
+        answer = subprocess.run([str(server_python), "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return answer.stdout.strip() == "True"
+
+
 def create_server_env(path: Path | None = None, progress=print) -> Path:
     """Create a virtual environment with the server's packages; returns its interpreter."""
     path = Path(path) if path is not None else default_server_env()
@@ -127,13 +141,19 @@ def _as_python_model(config: model_config_pb2.ModelConfig) -> None:
 
 
 def serving_repository(
-    model_repository: Path, view: Path, session_batching: bool = False, models: Collection[str] | None = None
+    model_repository: Path,
+    view: Path,
+    session_batching: bool = False,
+    models: Collection[str] | None = None,
+    batched_encodes: bool | None = None,
 ) -> Path:
     """Write into `view` the python-backend view of `model_repository` (of its `models` only, if given).
 
     Files are linked, configs rewritten. Without `session_batching` the session models lose their
-    dynamic batcher and encode one image at a time (see `LocalTritonServer`).
+    dynamic batcher; without `batched_encodes` (by default as `session_batching`) they encode one
+    image at a time (see `LocalTritonServer`).
     """
+    batched_encodes = session_batching if batched_encodes is None else batched_encodes
     view.mkdir(parents=True, exist_ok=True)
     for model_dir in sorted(Path(model_repository).resolve().iterdir()):
         config_file = model_dir / CONFIG_FILE
@@ -155,9 +175,10 @@ def serving_repository(
                 (target / item.name).symlink_to(item, target_is_directory=item.is_dir())
         if runs_onnx:
             _as_python_model(config)
-        elif not session_batching:
-            config.ClearField("dynamic_batching")
-            if ENCODE_BATCH_PARAMETER in config.parameters:
+        else:
+            if not session_batching:
+                config.ClearField("dynamic_batching")
+            if not batched_encodes and ENCODE_BATCH_PARAMETER in config.parameters:
                 config.parameters[ENCODE_BATCH_PARAMETER].string_value = "1"
         (target / CONFIG_FILE).write_text(text_format.MessageToString(config))
     return view
@@ -195,9 +216,10 @@ class LocalTritonServer:
         api_key: str | None = None,
         tls_cert: str | Path | None = None,
         tls_key: str | Path | None = None,
-        session_batching: bool = False,
+        session_batching: bool | None = None,
         models: Collection[str] | None = None,
         sessions_only: bool = False,
+        batched_encodes: bool | None = None,
     ) -> None:
         self.model_repository = Path(model_repository)
         self.models = models  # serve only these model ids (None: every exported model)
@@ -213,11 +235,15 @@ class LocalTritonServer:
         if (tls_cert is None) != (tls_key is None):
             raise TritonSamError("TLS needs both a certificate and its private key.")
         self.tls_cert, self.tls_key = tls_cert, tls_key
-        # Off unless asked for, measured both ways: on a CPU decodes run one by one anyway, Triton's
-        # dynamic batcher delays the request after a cancelled one (docs/serving.md) and tiles encoded
-        # together take longer (4 of SAM2.1 tiny: 5.0 s against 4.2 s on 2 cores); on an H200 it paid
-        # with 16 back-to-back clients and cost with 4 (BENCHMARKS.md, GPU; #38).
-        self.session_batching = session_batching
+        # The session models' dynamic batcher, by default where they run on a GPU; measured both
+        # ways. On a CPU decodes run one by one anyway, Triton's batcher delays the request after a
+        # cancelled one (docs/serving.md) and tiles encoded together take longer (4 of SAM2.1 tiny:
+        # 5.0 s against 4.2 s on 2 cores). On an H200, with a decoder session per batch size, it
+        # paid from 4 back-to-back clients on (BENCHMARKS.md, GPU; #38), but tiles encoded 4 to a
+        # request did not: images are encoded together only where `batched_encodes` (by default
+        # where `session_batching` is asked for).
+        self.session_batching = session_models_on_gpu(self.server_python) if session_batching is None else session_batching
+        self.batched_encodes = bool(session_batching) if batched_encodes is None else batched_encodes
         self._workdir: Path | None = None
         self._process: subprocess.Popen | None = None
 
@@ -272,7 +298,9 @@ class LocalTritonServer:
             )
         self._check_ports_free()
         self._workdir = Path(tempfile.mkdtemp(prefix="triton-sam-serve-"))
-        view = serving_repository(self.model_repository, self._workdir / "models", self.session_batching, self.models)
+        view = serving_repository(
+            self.model_repository, self._workdir / "models", self.session_batching, self.models, self.batched_encodes
+        )
         launcher = resources.files("triton_sam.server").joinpath("launch_tritonserver.py")
         command = [
             str(self.server_python),
