@@ -51,8 +51,18 @@ def _send(
     send_mouse(viewer, _canvas(viewer).native, kind, world_yx, button, buttons, modifiers)
 
 
+# vispy drops a mouse move that comes within 10 ms of the last one it took (`_vispy_mouse_move`),
+# as a hand's mouse sends them faster; a test's deliberate move (right after a key whose wait found
+# its condition already true) must not be one: its hover never ran, a test waited for it in vain.
+MOVE_INTERVAL_S = 0.011
+_last_move = [0.0]
+
+
 def move(viewer, world_yx) -> None:
+    """A mouse move napari handles (at least `MOVE_INTERVAL_S` after the last one sent here)."""
+    time.sleep(max(0.0, _last_move[0] + MOVE_INTERVAL_S - time.perf_counter()))
     _send(viewer, QEvent.Type.MouseMove, world_yx)
+    _last_move[0] = time.perf_counter()
 
 
 def click(viewer, world_yx, modifiers=Qt.KeyboardModifier.NoModifier) -> None:
