@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sam3_processor_parity import assert_finds_what_sam3_finds
+from test_sam3_processor_parity import IMAGES, assert_finds_what_sam3_finds
 
 from conftest import start_server
 from triton_sam.concepts import ConceptProcessor
@@ -40,9 +40,10 @@ def processor(reference):
     server.stop()
 
 
-def test_instances_through_triton_match_sam3_processor(reference, processor):
+@pytest.mark.parametrize("image_name", IMAGES)
+def test_instances_through_triton_match_sam3_processor(reference, processor, image_name):
     """As test_sam3_processor_parity's local test: every query (threshold 0: every mask sent), then
-    a threshold keeping several, re-filtered without a request. On the RGB image only: the grey one
-    goes through the same graphs, checked locally, and each image costs the server a 1008 px encode
-    and ~200 masks a case (~150 s in CI)."""
-    assert_finds_what_sam3_finds(processor, reference[1], "rgb")
+    a threshold keeping several, re-filtered without a request; on the grey image and the RGB one of
+    an unusual aspect ratio, as #42 asks (each costs the server a 1008 px encode and ~200 masks a
+    case: ~150 s of CI)."""
+    assert_finds_what_sam3_finds(processor, reference[1], image_name)
