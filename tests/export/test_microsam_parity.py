@@ -5,7 +5,8 @@
 Random weights (written by `microsam_checkpoints`) stand in for the published ones, which cannot be
 downloaded here: identical weights in must give identical masks out. Every mask must reach IoU
 >= 0.99 and every score must be within 1e-3 of micro-sam's. One small image per model keeps it
-cheap (a random vit_b encodes in seconds here); vit_t_lm is also checked through a real Triton server.
+cheap (a random vit_b encodes in seconds here); a light-microscopy model in each of two layouts and
+a histopathology one in the third; vit_t_lm is also checked through a real Triton server.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.microsam_checkpoints import PLAIN, TORCH_EM, write_checkpoint
+from benchmarks.microsam_checkpoints import MODEL_STATE, PLAIN, TORCH_EM, write_checkpoint
 from benchmarks.parity import mask_iou, parity_images
 from conftest import PARITY_SEED, cli_export, release_memory, require_export_extra, start_server
 from triton_sam import Predictor
@@ -25,7 +26,8 @@ SCORE_TOL = 1e-3
 CASES = {
     "vit_b_lm": (PLAIN, "rgb_astronaut_small"),
     "vit_t_lm": (TORCH_EM, "gray_coins"),
-}  # micro-sam's third layout (model_state: the histopathology models') is test_checkpoint.py's
+    "vit_b_histopathology": (MODEL_STATE, "rgb_astronaut_small"),  # its files' layout; an RGB image, as stained tissue
+}
 
 
 def _image(name: str) -> np.ndarray:
