@@ -71,7 +71,13 @@ class Device:
         """The decoder's `wanted` outputs for `rows` (entries of `cache`, one per prompt set) and their
         `prompts`: in a session of a fixed batch (`FIXED_BATCHES`), rows padded, where there is one."""
         count = len(rows)
-        if count == 1 and self.graphs is not None and self._replayable(wanted, prompts):
+        graphs = self.graphs
+        if (
+            count == 1
+            and graphs is not None
+            and graphs.takes(prompts, wanted)
+            and graphs.handles(1, prompts[contract.POINT_COORDS].shape[1])
+        ):
             replayed = self._replayed(wanted, rows[0], prompts, options)
             if replayed is not None:
                 return replayed
@@ -85,14 +91,6 @@ class Device:
         prompts = {name: np.concatenate([array, np.repeat(array[-1:], batch - count, 0)]) for name, array in prompts.items()}
         outputs = self.cache.run_decoder(decoder, wanted, rows, prompts, options)
         return [output[:count] for output in outputs]
-
-    def _replayable(self, wanted: list, prompts: dict) -> bool:
-        """Whether the graphs answer a decode of one prompt set: few enough points, no other prompts
-        or outputs than theirs."""
-        points = prompts[contract.POINT_COORDS].shape[1]
-        low = prompts[contract.MASK_INPUT].shape[-1]
-        theirs = set(contract.graph_prompts(low)) == set(prompts) and set(wanted) <= set(contract.graph_outputs(low))
-        return theirs and GraphDecoder.handles(1, points)
 
     def _replayed(self, wanted: list, slot: int, prompts: dict, options):
         """The `wanted` outputs of one prompt set's decode through the graphs; None where they turned

@@ -99,6 +99,10 @@ class GraphDecoder:
         """The point counts that have a session (and on a GPU a graph) here."""
         return set(self._runs)
 
+    def takes(self, prompts, outputs) -> bool:
+        """Whether a decode with these prompt names asking for these outputs is one of its own."""
+        return set(prompts) == set(self._prompts) and set(outputs) <= set(self._outputs)
+
     @staticmethod
     def handles(batch_size: int, points: int) -> bool:
         """Whether a decode of `batch_size` prompt sets of `points` points runs here."""
