@@ -78,6 +78,7 @@ from triton_sam_requests import (  # noqa: E402
     failure,
     flag,
     ort_session,
+    released,
     requested_outputs,
     required,
     response,
@@ -158,7 +159,7 @@ class OnnxModel:
                 responses.append(failure(error))
                 continue
             wanted = requested_outputs(request, self.outputs)
-            responses.append(response(wanted, self.ort_session.run(wanted, feeds)))
+            responses.append(response(wanted, self.ort_session.run(wanted, feeds, released(self.ort_session))))
         return responses
 
 
@@ -298,7 +299,7 @@ class SessionModel:
         """One encoder run for `images` on `device`; if a batch fails (a GPU out of memory for
         several large images), its images are encoded one by one, and so are all later ones."""
         try:
-            device.cache.encode(handles, {IMAGE: np.stack(images)}, device.encoder)
+            device.cache.encode(handles, {IMAGE: np.stack(images)}, device.encoder, released(device.encoder))
         except Exception as error:
             if len(handles) == 1:
                 raise
@@ -306,7 +307,7 @@ class SessionModel:
             self.encode_batch = 1
             for handle, image in zip(handles, images):
                 if handle not in device.cache:
-                    device.cache.encode([handle], {IMAGE: image[None]}, device.encoder)
+                    device.cache.encode([handle], {IMAGE: image[None]}, device.encoder, released(device.encoder))
 
     def _row(self, request) -> tuple:
         """The device holding the features of the request's one handle, and those features (an

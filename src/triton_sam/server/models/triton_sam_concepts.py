@@ -23,7 +23,7 @@ import triton_python_backend_utils as pb_utils
 import triton_sam_contract as contract
 from triton_sam_arrays import concept_answer
 from triton_sam_features import LruStore
-from triton_sam_requests import ort_session, required, response
+from triton_sam_requests import ort_session, released, required, response
 
 PHRASES_KEPT = 64  # text features are 32 KB a phrase
 
@@ -71,7 +71,7 @@ class ConceptRequests:
             contract.EXEMPLAR_BOXES: boxes,
             contract.EXEMPLAR_LABELS: labels,
         }
-        detected = device.cache.run_decoder(detector, list(contract.DETECTOR_OUTPUTS), [row], feeds, None)
+        detected = device.cache.run_decoder(detector, list(contract.DETECTOR_OUTPUTS), [row], feeds, released(detector))
         arrays = concept_answer(*detected, floor)
         return response(list(contract.CONCEPT_OUTPUTS), [np.ascontiguousarray(a) for a in arrays])
 

@@ -35,7 +35,7 @@ import triton_sam_contract as contract
 from triton_sam_concepts import has_concept_graphs
 from triton_sam_features import BufferFeatureStore, FeatureStore
 from triton_sam_graphs import DevicePointer, GraphDecoder, free_dimensions
-from triton_sam_requests import cuda_devices, ort_session
+from triton_sam_requests import cuda_devices, ort_session, released
 
 # Decoder runs of up to this many prompt sets go to a decoder session with the batch fixed at the
 # next of these sizes, the rows padded up to it (where features live in buffers: on a GPU). With
@@ -71,6 +71,8 @@ class Device:
         """The decoder's `wanted` outputs for `rows` (entries of `cache`, one per prompt set) and their
         `prompts`: in a session of a fixed batch (`FIXED_BATCHES`), rows padded, where there is one."""
         count = len(rows)
+        if count > 1:
+            options = released(self.decoder, options)
         graphs = self.graphs
         if (
             count == 1

@@ -44,10 +44,10 @@ class FeatureStore(LruStore):
         super().__init__(capacity)
         self.names = names
 
-    def encode(self, handles: list, feeds: dict, encoder) -> None:
-        """Run `encoder` on `feeds` (a batch: one image per handle) and keep each image's outputs
-        under its handle."""
-        outputs = encoder.run(self.names, feeds)
+    def encode(self, handles: list, feeds: dict, encoder, options=None) -> None:
+        """Run `encoder` on `feeds` (a batch: one image per handle) with run `options` and keep each
+        image's outputs under its handle."""
+        outputs = encoder.run(self.names, feeds, options)
         for row, handle in enumerate(handles):
             self.put(handle, {name: _row(output, row, len(handles)) for name, output in zip(self.names, outputs)})
 
@@ -92,7 +92,7 @@ class BufferFeatureStore(FeatureStore):
         """Bind `name` of `count` slots from `slot` on with `bind` (an input or output binder of `binding`)."""
         bind(name, self.device, self.device_id, np.float32, [count, *self.shapes[name]], self.slot_pointer(name, slot))
 
-    def encode(self, handles: list, feeds: dict, encoder) -> None:
+    def encode(self, handles: list, feeds: dict, encoder, options=None) -> None:
         """The encoder writes each image's outputs into its slot: a batch into consecutive free
         slots, one run per stretch of them (the fewest runs the free slots allow)."""
         while len(self.free) < len(handles):
@@ -104,7 +104,7 @@ class BufferFeatureStore(FeatureStore):
                 binding.bind_cpu_input(name, np.ascontiguousarray(array[done : done + count]))
             for name in self.names:
                 self._bind(binding, binding.bind_output, name, first, count)
-            encoder.run_with_iobinding(binding)
+            encoder.run_with_iobinding(binding, options)
             for offset, handle in enumerate(handles[done : done + count]):
                 self.free.remove(first + offset)
                 self.encodes += 1

@@ -20,7 +20,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 import triton_sam_contract as contract
 from triton_sam_arrays import resized
-from triton_sam_requests import ort_session, required, response
+from triton_sam_requests import ort_session, released, required, response
 
 
 class InstanceRequests:
@@ -43,7 +43,7 @@ class InstanceRequests:
         session = self._decoder(device.index)
         region = _sides(request, contract.MAPS_REGION)
         image_hw = _sides(request, contract.IMAGE_HW)
-        (maps,) = device.cache.run_decoder(session, [contract.INSTANCE_MAPS], [row], {}, None)
+        (maps,) = device.cache.run_decoder(session, [contract.INSTANCE_MAPS], [row], {}, released(session))
         if region[0] > maps.shape[-2] or region[1] > maps.shape[-1]:
             raise ValueError(f"'{contract.MAPS_REGION}' {region} exceeds the decoder's maps {list(maps.shape[-2:])}")
         maps = maps[:, :, : region[0], : region[1]]
