@@ -51,12 +51,7 @@ def microsam(r: dict) -> str:
         + (", after an untimed encode and predict of each. " if r.get("warm_up") else ". ")
         + "Ratio: ours / micro-sam's; mask IoU: ours to micro-sam's mask.\n"
     )
-    if "load_average" in r:
-        before, after = r["load_average"]
-        intro += (
-            f"\nThe machine's 1-minute load average was {before:.1f} before the run and {after:.1f} after it "
-            "(above its count of cores, other processes shared them: the medians carry that noise).\n"
-        )
+    intro += _load_note(r)
     return intro + "\n" + "\n".join(_table(r, measure) for measure in measures)
 
 
@@ -102,14 +97,21 @@ def instance(r: dict) -> str:
         + " Labels: our object count / micro-sam's, the share of our objects whose best-overlapping micro-sam "
         "object has IoU >= 0.99, and whether the label images are identical.\n"
     )
-    if "load_average" in r:
-        before, after = r["load_average"]
-        intro += (
-            f"\nThe machine's 1-minute load average was {before:.1f} before the run and {after:.1f} after it "
-            "(above its count of cores, other processes shared them: the medians carry that noise).\n"
-        )
+    intro += _load_note(r)
     header = ["plane", "side", "initialize ms", "generate ms", "total ms", "ratio", f"goal <= {INSTANCE_GOAL}"]
     header += ["objects (ours / micro-sam's)", "matched IoU >= 0.99", "identical"]
     rows = [row for name, plane in planes.items() for row in _instance_rows(name, plane["instance"], backends)]
     tables = [_table(r, measure) for measure in ("encode", "predict")]
     return intro + "\n" + "\n".join(tables) + "\nInstance segmentation:\n\n" + markdown_table(header, rows)
+
+
+def _load_note(r: dict) -> str:
+    """What the machine's load was around the run (recorded since results carry `load_average`)."""
+    if "load_average" not in r:
+        return ""
+    before, after = r["load_average"]
+    return (
+        f"\nThe machine's 1-minute load average was {before:.1f} before the run and {after:.1f} after it (the "
+        "second counts the run's own work; above the count of cores before it, other processes shared them and "
+        "the medians carry that noise).\n"
+    )
