@@ -469,6 +469,53 @@ def test_a_gpu_onnx_runtime_cannot_use_is_said_in_the_log_and_the_model_runs_on_
     assert TINY.encoder_name in _Logger.warnings[0] and TINY.decoder_name in _Logger.warnings[1]
 
 
+def _releases_arena(options) -> bool:
+    """Whether run `options` give the CPU arena's unused memory back when the run ends."""
+    try:
+        return options.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+    except (AttributeError, RuntimeError):  # no options, or none of that key
+        return False
+
+
+@pytest.mark.parametrize("buffers", ["off", "on"])
+def test_on_the_cpu_encodes_and_batched_decodes_give_the_arena_back_and_a_one_point_decode_keeps_it(
+    python_model, synthetic_repository, buffers, monkeypatch
+):
+    """Sessions on the CPU use ONNX Runtime's arena (without it every intermediate was paged in
+    anew: a ViT-B encode 10.4 s instead of 6.7 s); runs with a large peak hand it back."""
+    import onnxruntime as ort
+
+    model = _session_model(python_model, synthetic_repository, buffers)
+    device = model.devices[0]
+    options = device.encoder.get_session_options()
+    assert options.enable_cpu_mem_arena and not options.enable_mem_pattern
+    runs = []  # (session, whether the run released its arena)
+    run, run_bound = ort.InferenceSession.run, ort.InferenceSession.run_with_iobinding
+
+    def recorded_run(session, output_names, feeds, run_options=None):
+        runs.append((session, _releases_arena(run_options)))
+        return run(session, output_names, feeds, run_options)
+
+    def recorded_run_bound(session, binding, run_options=None):
+        runs.append((session, _releases_arena(run_options)))
+        return run_bound(session, binding, run_options)
+
+    monkeypatch.setattr(ort.InferenceSession, "run", recorded_run)
+    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", recorded_run_bound)
+    handles = [_encode(model, image) for image in _images()[:1] + _images()[:1]]
+    assert [released for session, released in runs if session is device.encoder] == [True]  # the second from the cache
+
+    def decoder_runs(handles: list, points: list) -> list:
+        """Whether each decoder run of that decode released its arena (fixed-batch sessions may be made by it)."""
+        runs.clear()
+        assert _decode(model, handles, points).error is None
+        decoders = [device.decoder, *device.fixed_decoders.values()]
+        return [released for session, released in runs if any(session is decoder for decoder in decoders)]
+
+    assert decoder_runs(handles[:1], [[[60.0, 50.0]]]) == [False]
+    assert decoder_runs(handles, [[[60.0, 50.0]], [[30.0, 80.0]]]) == [True]
+
+
 def test_a_malformed_image_is_refused_and_nothing_is_cached(python_model, synthetic_repository):
     model = _session_model(python_model, synthetic_repository, "on")
     (response,) = model.run([_Request(image=np.zeros((1, 8, 8, 2), np.uint8))])
