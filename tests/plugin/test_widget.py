@@ -18,6 +18,7 @@ from scipy import ndimage
 from conftest import SERVED_MODELS, start_server
 from synthetic import disk_image, slow_encodes, write_repository
 from triton_sam import Predictor
+from triton_sam.image import encoder_input
 from triton_sam.registry import get_model
 
 napari = pytest.importorskip("napari")
@@ -594,8 +595,15 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     qtbot.waitUntil(lambda: not widget.encoding.encoding_all, timeout=60000)
     assert len(widget.session.cache) == 40
 
-    image.data = np.stack([disk_image(H, W, [(40 + 10 * i, 120, 30)]) for i in range(40)])
-    qtbot.waitUntil(lambda: widget.ready and len(widget.session.cache) == 41, timeout=30000)  # the plane on screen
+    moved = np.stack([disk_image(H, W, [(40 + 10 * i, 120, 30)]) for i in range(40)])
+    image.data = moved
+    session = widget.session
+
+    def shown_plane_encoded_anew() -> bool:  # (its neighbours may follow it into the cache at once)
+        pixels = encoder_input(moved[widget.encoding.index], session.spec, layers.encoding_contrast(image))
+        return widget.ready and session.cache.signature(pixels) in session.cache
+
+    qtbot.waitUntil(shown_plane_encoded_anew, timeout=30000)
     widget.toggle_encode_all()
     done = []
     widget.encoding._all_worker.yielded.connect(done.append)
@@ -1374,7 +1382,6 @@ def test_zoomed_out_a_large_plane_is_tiled_from_its_pyramid_level_and_large_obje
 def test_on_a_stack_of_large_planes_neighbours_and_encode_all_planes_encode_the_view_of_other_planes(
     qtbot, viewer, synthetic_repository
 ):
-    from triton_sam.image import encoder_input
     from triton_sam.tiles import Tile, view_order
 
     stack = np.stack([disk_image(BIG_H, BIG_W, [(1400 + 40 * i, 896, 70)]) for i in range(3)])
