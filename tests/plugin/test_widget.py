@@ -600,8 +600,10 @@ def test_encode_all_planes_runs_in_the_background_and_can_be_stopped(qtbot, view
     session = widget.session
 
     def shown_plane_encoded_anew() -> bool:  # (its neighbours may follow it into the cache at once)
+        if not widget.ready:
+            return False
         pixels = encoder_input(moved[widget.encoding.index], session.spec, layers.encoding_contrast(image))
-        return widget.ready and session.cache.signature(pixels) in session.cache
+        return session.cache.signature(pixels) in session.cache
 
     qtbot.waitUntil(shown_plane_encoded_anew, timeout=30000)
     widget.toggle_encode_all()
