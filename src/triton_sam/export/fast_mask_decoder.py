@@ -90,7 +90,8 @@ def _rewrites(module: nn.Module) -> Iterator[tuple[nn.Module, partial]]:
 
 
 @contextmanager
-def _forward(module: nn.Module, forward: partial) -> Iterator[None]:
+def replaced_forward(module: nn.Module, forward) -> Iterator[None]:
+    """Within the block, `module` computes with `forward`."""
     module.forward = forward
     try:
         yield
@@ -103,5 +104,5 @@ def fast_mask_decoder(module: nn.Module) -> Iterator[None]:
     """Within the block, every mask decoder inside `module` computes in the faster forms."""
     with ExitStack() as stack:
         for sub, forward in list(_rewrites(module)):
-            stack.enter_context(_forward(sub, forward))
+            stack.enter_context(replaced_forward(sub, forward))
         yield

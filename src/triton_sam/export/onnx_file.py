@@ -12,6 +12,7 @@ from torch import nn
 from .. import contract
 from ..registry import ModelSpec
 from .fast_mask_decoder import fast_mask_decoder
+from .head_by_head import head_by_head
 from .quiet import TRACE, ignoring
 
 OPSET = 18  # Resize with antialias (the encoder's resize)
@@ -43,12 +44,13 @@ def export_onnx(
     dynamic: dict,
     external_data: bool | None = None,
 ) -> None:
-    """`torch.onnx.export` to `path`, mask decoders in their faster exact forms; weights in one
-    external file if larger than `EXTERNAL_DATA_BYTES` (`external_data=None`), or as `external_data` says."""
+    """`torch.onnx.export` to `path`, mask decoders in their faster exact forms and large attentions
+    head by head; weights in one external file if larger than `EXTERNAL_DATA_BYTES`
+    (`external_data=None`), or as `external_data` says."""
     path = Path(path)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         exported = Path(scratch) / path.name
-        with torch.no_grad(), fast_mask_decoder(module), ignoring(TRACE):
+        with torch.no_grad(), fast_mask_decoder(module), head_by_head(module), ignoring(TRACE):
             torch.onnx.export(
                 module,
                 args,
