@@ -11,7 +11,7 @@ rounding (about 1e-6); the decoder's time saved is in BENCHMARKS.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from functools import partial
 
@@ -100,9 +100,14 @@ def replaced_forward(module: nn.Module, forward) -> Iterator[None]:
 
 
 @contextmanager
-def fast_mask_decoder(module: nn.Module) -> Iterator[None]:
-    """Within the block, every mask decoder inside `module` computes in the faster forms."""
+def replaced_forwards(rewrites: Iterable[tuple[nn.Module, Callable]]) -> Iterator[None]:
+    """Within the block, each (module, forward) of `rewrites` computes with its forward."""
     with ExitStack() as stack:
-        for sub, forward in list(_rewrites(module)):
+        for sub, forward in list(rewrites):
             stack.enter_context(replaced_forward(sub, forward))
         yield
+
+
+def fast_mask_decoder(module: nn.Module):
+    """Within the block, every mask decoder inside `module` computes in the faster forms."""
+    return replaced_forwards(_rewrites(module))
