@@ -10,7 +10,8 @@ neck on the same trunk run): one encode serves points, boxes and concepts.
 Everything is exported from one official model, sam3's image model with its interactive tracker
 (`build_sam3_image_model(enable_inst_interactivity=True)`, as `Sam3Processor` runs it): the
 tracker on the image model's ViT, and the concept graphs (text encoder, detector) from the same
-weights. Needs the `export` extra (torch, sam3).
+weights. The concept graphs are exported first; the encoder and decoder then from `tracker_of`'s
+tracker alone, the rest of the model let go. Needs the `export` extra (torch, sam3).
 """
 
 from __future__ import annotations
@@ -140,16 +141,19 @@ class Encoder(sam2_onnx.Encoder):
         return (*self.features(tracker, image.shape[0]), *(level.float() for level in both["backbone_fpn"]))
 
 
-def export_encoder(model: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False) -> None:
-    """The tracker's encoder in float32, or with its backbone in float16 (`half`; pre-processing stays float32)."""
-    tracker = half_copy(tracker_of(model)) if half else tracker_of(model)
+def export_encoder(
+    tracker: nn.Module, spec: ModelSpec, path: Path, external_data: bool | None = None, half: bool = False
+) -> None:
+    """The encoder of `tracker_of`'s tracker in float32, or with its backbone in float16 (`half`;
+    pre-processing stays float32)."""
+    tracker = half_copy(tracker) if half else tracker
     with real_valued_rope(tracker.backbone.vision_backbone.trunk):
         sam2_onnx.export_image_encoder(Encoder(tracker, spec), spec, path, external_data, contract.DETECTOR_MAPS)
 
 
-def export_decoder(model: nn.Module, spec: ModelSpec, path: Path) -> None:
-    """The tracker's prompt encoder and mask decoder (SAM2's)."""
-    sam2_onnx.export_decoder(tracker_of(model), spec, path)
+def export_decoder(tracker: nn.Module, spec: ModelSpec, path: Path) -> None:
+    """The prompt encoder and mask decoder (SAM2's) of `tracker_of`'s tracker."""
+    sam2_onnx.export_decoder(tracker, spec, path)
 
 
 def export_concepts(model: nn.Module, directory: Path) -> list[Path]:
