@@ -41,11 +41,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: not Path(item.path).is_relative_to(FIRST))  # stable: the rest keep their order
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _release_memory_after_each_module():
-    """After a module's own fixtures (its models, its servers) are gone."""
-    yield
-    release_memory()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """After a module's last test: its fixtures (its models, its servers) are torn down, and pytest
+    has let go of the values the test was given (`item.funcargs`, which a module-scoped fixture's
+    teardown still sees: SAM3's local sessions, ~3 GB, stayed in this process until the next trim)."""
+    result = yield
+    if nextitem is None or nextitem.path != item.path:
+        release_memory()
+    return result
 
 
 @pytest.fixture(scope="session", autouse=True)
