@@ -131,14 +131,16 @@ def export_model(
             if concepts:
                 staging = moved_in_last.enter_context(_staging(output, concepts_path(output, spec)))
                 concept_files = _export_concepts(family, model, spec, staging, source, progress)
-            # The text encoder and detector let go: the encoder's export then peaks 1.8 GB lower
+            # The text encoder and detector let go: the encoder's export then peaks ~1.9 GB lower
             model = family.tracker_of(model)
         written = _export_graphs(family, model, spec, output, weights, external_data, half, tensorrt, progress)
         if spec.family == "sam2":  # before the session model, whose config then offers volumes
             from .sam2_video_onnx import export_video
 
             progress(f"Exporting {spec.model_id} video graphs ...")
-            written += _staged(output, video_path(output, spec), partial(export_video, model, spec))
+            with _staging(output, video_path(output, spec)) as directory:
+                video_files = export_video(model, spec, directory)
+            written += [video_path(output, spec) / path.name for path in video_files]
         written.append(write_session_model(spec, output))
     written += [concepts_path(output, spec) / path.name for path in concept_files]
     return written + _export_instance_decoder(spec, output, checkpoint, seed, decoder, progress)
@@ -202,10 +204,3 @@ def _staging(output: Path, final: Path) -> Iterator[Path]:
             shutil.rmtree(final)
         final.parent.mkdir(parents=True, exist_ok=True)
         directory.rename(final)
-
-
-def _staged(output: Path, final: Path, write) -> list[Path]:
-    """`write(directory)` into a scratch directory, moved to `final` only once complete."""
-    with _staging(output, final) as directory:
-        written = write(directory)
-    return [final / path.name for path in written]

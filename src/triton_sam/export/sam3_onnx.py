@@ -151,9 +151,7 @@ def export_encoder(
         sam2_onnx.export_image_encoder(Encoder(tracker, spec), spec, path, external_data, contract.DETECTOR_MAPS)
 
 
-def export_decoder(tracker: nn.Module, spec: ModelSpec, path: Path) -> None:
-    """The prompt encoder and mask decoder (SAM2's) of `tracker_of`'s tracker."""
-    sam2_onnx.export_decoder(tracker, spec, path)
+export_decoder = sam2_onnx.export_decoder  # `tracker_of`'s prompt encoder and mask decoder are SAM2's
 
 
 def export_concepts(model: nn.Module, directory: Path) -> list[Path]:
