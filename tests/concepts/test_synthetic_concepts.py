@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from synthetic_concepts import BRIGHT, DIM, MEDIUM, blob_image
+from triton_sam import contract
 from triton_sam.concepts import ConceptProcessor
 from triton_sam.engines.local import LocalEngine
 from triton_sam.registry import get_model
@@ -40,3 +41,21 @@ def test_a_phrase_finds_the_bright_blobs_a_threshold_and_exemplars_change_which(
     assert centres(more) == {(0, 0), (0, 2), (2, 2), (4, 4)}
     fewer = processor.add_geometric_prompt([5 / 12, 5 / 12, 0.125, 0.125], False, state)  # the medium one: not this
     assert centres(fewer) == {(0, 0), (0, 2), (4, 4)}
+
+
+def test_on_the_cpu_a_detector_run_gives_its_arena_back(processor, monkeypatch):
+    """The detector's peak (~0.5 GB for SAM3) is not held between Find requests (a click each)."""
+    import onnxruntime as ort
+
+    released = []
+    run = ort.InferenceSession.run
+
+    def recorded(session, names, feeds, run_options=None):
+        if list(names) == list(contract.DETECTOR_OUTPUTS):
+            entry = "memory.enable_memory_arena_shrinkage"
+            released.append(run_options is not None and run_options.get_run_config_entry(entry) == "cpu:0")
+        return run(session, names, feeds, run_options)
+
+    monkeypatch.setattr(ort.InferenceSession, "run", recorded)
+    processor.set_text_prompt("blob", processor.set_image(blob_image(SIZE, BLOBS)))
+    assert released == [True]

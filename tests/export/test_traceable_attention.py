@@ -9,8 +9,9 @@ torch = pytest.importorskip("torch")
 from triton_sam.export.traceable_attention import traceable_attention  # noqa: E402
 
 
+@pytest.mark.parametrize("by_head", [False, True])
 @pytest.mark.parametrize("batch_first", [False, True])
-def test_attention_matches_torch_with_both_masks(batch_first):
+def test_attention_matches_torch_with_both_masks(batch_first, by_head):
     torch.manual_seed(0)
     layer = torch.nn.MultiheadAttention(32, 4, batch_first=batch_first).eval()
     query, key = torch.randn(5, 2, 32), torch.randn(7, 2, 32)
@@ -20,7 +21,7 @@ def test_attention_matches_torch_with_both_masks(batch_first):
     bias = torch.randn(2 * 4, 5, 7)  # per batch item and head, as sam3's decoder gives its box bias
     with torch.no_grad():
         expected = layer(query, key, key, key_padding_mask=padding, attn_mask=bias, need_weights=False)[0]
-        with traceable_attention(layer):
+        with traceable_attention(layer, [layer] if by_head else []):
             got = layer(query, key, key, key_padding_mask=padding, attn_mask=bias)[0]
     assert torch.allclose(got, expected, atol=1e-5)
 
@@ -31,3 +32,13 @@ def test_a_trace_takes_other_lengths():
         traced = torch.jit.trace(lambda q, k: layer(q, k, k)[0], (torch.randn(3, 1, 16), torch.randn(4, 1, 16)))
         query, key = torch.randn(6, 1, 16), torch.randn(2, 1, 16)
         assert torch.allclose(traced(query, key), layer(query, key, key)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("by_head", [False, True])
+def test_layers_named_by_head_compute_one_head_at_a_time(by_head):
+    """Their graph has one softmax per head (SAM3's fusion encoder: 860 MB of scores at once
+    otherwise); other layers' one for all heads."""
+    layer = torch.nn.MultiheadAttention(16, 2).eval().requires_grad_(False)
+    with torch.no_grad(), traceable_attention(layer, [layer] if by_head else []):
+        traced = torch.jit.trace(lambda q, k: layer(q, k, k)[0], (torch.randn(3, 1, 16), torch.randn(4, 1, 16)))
+    assert sum(node.kind() == "aten::softmax" for node in traced.graph.nodes()) == (2 if by_head else 1)

@@ -15,7 +15,7 @@ import onnxruntime as ort
 
 from .. import contract
 from ..server.models.triton_sam_arrays import concept_answer
-from .ort_sessions import shared_session
+from .ort_sessions import on_cpu, release_cpu_arena, shared_session
 
 TEXTS_KEPT = 64  # text features are 32 KB a phrase: a session's phrases all fit
 
@@ -53,7 +53,9 @@ class LocalConcepts:
         feeds.update({contract.TEXT_FEATURES: self.text_features(tokens), contract.TEXT_PADDING: tokens == 0})
         feeds[contract.EXEMPLAR_BOXES] = np.asarray(boxes, np.float32).reshape(1, -1, 4)
         feeds[contract.EXEMPLAR_LABELS] = np.asarray(labels, np.int64).reshape(1, -1)
-        detected = self._detector.run(list(contract.DETECTOR_OUTPUTS), feeds)
+        # On a CPU the arena's peak (~0.5 GB) is given back: a request is a click, not a mouse move.
+        run_options = release_cpu_arena(ort.RunOptions()) if on_cpu(self.providers) else None
+        detected = self._detector.run(list(contract.DETECTOR_OUTPUTS), feeds, run_options)
         return dict(zip(contract.CONCEPT_OUTPUTS, concept_answer(*detected, floor)))
 
     def vocabulary(self) -> bytes:

@@ -131,7 +131,8 @@ def export_detector(model: nn.Module, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / contract.DETECTOR_FILE
     dynamic = {contract.EXEMPLAR_BOXES: {1: "boxes"}, contract.EXEMPLAR_LABELS: {1: "boxes"}}
-    with traceable_geometry(model), traceable_attention(model), ignoring(TRACE + SAM3_DETECTOR_TRACE):
+    image_attentions = [layer.self_attn for layer in model.transformer.encoder.layers]  # 72 x 72 tokens to each other
+    with traceable_geometry(model), traceable_attention(model, image_attentions), ignoring(TRACE + SAM3_DETECTOR_TRACE):
         export_onnx(
             Detector(model).eval(),
             example_inputs(),
